@@ -1,0 +1,1 @@
+//! Thompson-sampling contextual bandit (filled in by the serving issue).

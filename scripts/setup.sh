@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what arc-rec needs to build, test and run, and nothing twice (idempotent):
+#   - PostgreSQL server binaries (Debian's `postgresql`) when no initdb/pg_ctl can be found;
+#   - a project-local virtualenv `.venv` with torch==2.11.0 from PyPI (libtorch for tch 0.24).
+# Set ARC_REC_SKIP_TORCH=1 to skip the virtualenv (for `--no-default-features` builds).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TORCH_VERSION=2.11.0
+
+have_postgres() {
+    command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1 && return 0
+    compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
+}
+
+if ! have_postgres; then
+    echo "setup: installing PostgreSQL (Debian package postgresql)"
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+    # The package starts a system cluster; arc-rec runs its own, so stop the system one.
+    $SUDO service postgresql stop >/dev/null 2>&1 || true
+fi
+if ! command -v psql >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/psql" >/dev/null; then
+    echo "setup: installing the psql client (Debian package postgresql-client)"
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql-client >/dev/null
+fi
+
+if [ "${ARC_REC_SKIP_TORCH:-0}" != "1" ]; then
+    if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" >/dev/null 2>&1; then
+        echo "setup: installing torch==$TORCH_VERSION into .venv (from PyPI; about 3 GB with its CUDA libraries)"
+        python3 -m venv .venv
+        .venv/bin/pip install --quiet --progress-bar off "torch==$TORCH_VERSION"
+    fi
+fi
+echo "setup: ok"

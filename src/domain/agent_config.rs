@@ -1,0 +1,221 @@
+//! The agent configuration (`config_versions.parsed_config`) and the recommendation diffs over it.
+//!
+//! The platform's `AgentConfig` allows extra fields, so a configuration stays a JSON object; this
+//! module validates the fields arc-rec reasons about (`model`, `temperature`, `tools`, `retry`,
+//! `timeout_s`) and applies diffs. A diff is a JSON Merge Patch (RFC 7396): objects merge key by
+//! key, `null` deletes, anything else (arrays included) replaces.
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::validation::FieldErrors;
+
+/// Keys of a configuration that arc-rec understands and may recommend changing.
+pub const KNOWN_CONFIG_KEYS: &[&str] =
+    &["model", "temperature", "tools", "retry", "timeout_s", "system_prompt", "max_tokens"];
+
+/// Validates a full agent configuration, as the platform's CHECK constraint does
+/// (`parsed_config ? 'model' AND ? 'temperature'`, temperature between 0 and 2) plus the
+/// shapes of the optional fields arc-rec reads.
+pub fn validate_config(config: &Value, errors: &mut FieldErrors) {
+    let Some(object) = config.as_object() else {
+        errors.push("", "must be a JSON object");
+        return;
+    };
+    match object.get("model") {
+        Some(Value::String(model)) if !model.trim().is_empty() => {}
+        Some(_) => errors.push("model", "must be a non-empty string"),
+        None => errors.push("model", "is required"),
+    }
+    match object.get("temperature") {
+        Some(value) => check_temperature(value, errors),
+        None => errors.push("temperature", "is required"),
+    }
+    validate_optional_fields(object, errors);
+}
+
+/// Validates a diff (merge patch) over a configuration: the same field rules, nothing required,
+/// and at least one change.
+pub fn validate_diff(diff: &Value, errors: &mut FieldErrors) {
+    let Some(object) = diff.as_object() else {
+        errors.push("", "must be a JSON object (a merge patch over the configuration)");
+        return;
+    };
+    if object.is_empty() {
+        errors.push("", "must change at least one field");
+    }
+    for key in ["model", "temperature"] {
+        if object.get(key).is_some_and(Value::is_null) {
+            errors.push(key, "cannot be removed; a configuration always has one");
+        }
+    }
+    if let Some(model) = object.get("model").filter(|v| !v.is_null()) {
+        if !model.as_str().is_some_and(|m| !m.trim().is_empty()) {
+            errors.push("model", "must be a non-empty string");
+        }
+    }
+    if let Some(value) = object.get("temperature").filter(|v| !v.is_null()) {
+        check_temperature(value, errors);
+    }
+    validate_optional_fields(object, errors);
+}
+
+fn check_temperature(value: &Value, errors: &mut FieldErrors) {
+    match value.as_f64() {
+        Some(t) => errors.check_range("temperature", t, 0.0, 2.0),
+        None => errors.push("temperature", "must be a number between 0 and 2"),
+    }
+}
+
+fn validate_optional_fields(object: &Map<String, Value>, errors: &mut FieldErrors) {
+    if let Some(tools) = object.get("tools").filter(|v| !v.is_null()) {
+        match tools.as_array() {
+            Some(tools) => {
+                for (i, tool) in tools.iter().enumerate() {
+                    match tool.get("name") {
+                        Some(Value::String(name)) if !name.trim().is_empty() => {}
+                        _ => errors.push(&format!("tools[{i}].name"), "must be a non-empty string"),
+                    }
+                    if let Some(t) = tool.get("timeout_s").filter(|v| !v.is_null()) {
+                        check_positive(t, &format!("tools[{i}].timeout_s"), errors);
+                    }
+                }
+            }
+            None => errors.push("tools", "must be an array of {\"name\": ...} objects"),
+        }
+    }
+    if let Some(retry) = object.get("retry").filter(|v| !v.is_null()) {
+        match retry.as_object() {
+            Some(retry) => {
+                if let Some(attempts) = retry.get("max_attempts").filter(|v| !v.is_null()) {
+                    match attempts.as_u64() {
+                        Some(1..=100) => {}
+                        _ => errors.push("retry.max_attempts", "must be an integer between 1 and 100"),
+                    }
+                }
+                if let Some(backoff) = retry.get("backoff_s").filter(|v| !v.is_null()) {
+                    check_positive(backoff, "retry.backoff_s", errors);
+                }
+            }
+            None => errors.push("retry", "must be an object like {\"max_attempts\": 3}"),
+        }
+    }
+    if let Some(timeout) = object.get("timeout_s").filter(|v| !v.is_null()) {
+        check_positive(timeout, "timeout_s", errors);
+    }
+    if let Some(prompt) = object.get("system_prompt").filter(|v| !v.is_null()) {
+        if !prompt.is_string() {
+            errors.push("system_prompt", "must be a string");
+        }
+    }
+}
+
+fn check_positive(value: &Value, field: &str, errors: &mut FieldErrors) {
+    match value.as_f64() {
+        Some(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => {}
+        _ => errors.push(field, "must be a positive number of seconds (at most 86400)"),
+    }
+}
+
+/// Applies a JSON Merge Patch (RFC 7396) to `target` in place.
+pub fn apply_merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    if let Value::Object(target) = target {
+        for (key, value) in patch {
+            if value.is_null() {
+                target.remove(key);
+            } else {
+                apply_merge_patch(target.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+    }
+}
+
+/// The platform's `config_hash`: hex SHA-256 of the configuration's canonical JSON (object keys
+/// sorted, no whitespace), so equal configurations hash equal whatever their key order.
+pub fn config_hash(config: &Value) -> String {
+    let mut canonical = String::new();
+    write_canonical(config, &mut canonical);
+    hex::encode(Sha256::digest(canonical.as_bytes()))
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn merge_patch_follows_rfc_7396() {
+        let mut config = json!({"model": "a", "retry": {"max_attempts": 1, "backoff_s": 2}, "tools": [1, 2]});
+        apply_merge_patch(&mut config, &json!({"retry": {"max_attempts": 3, "backoff_s": null}, "tools": [3]}));
+        assert_eq!(config, json!({"model": "a", "retry": {"max_attempts": 3}, "tools": [3]}));
+    }
+
+    #[test]
+    fn hash_ignores_key_order() {
+        assert_eq!(config_hash(&json!({"a": 1, "b": [1, {"c": 2, "d": 3}]})), config_hash(&json!({"b": [1, {"d": 3, "c": 2}], "a": 1})));
+        assert_ne!(config_hash(&json!({"a": 1})), config_hash(&json!({"a": 2})));
+    }
+
+    #[test]
+    fn temperature_seven_is_named() {
+        let mut errors = FieldErrors::with_prefix("data.parsed_config");
+        validate_config(&json!({"model": "m", "temperature": 7}), &mut errors);
+        let errors = errors.into_vec();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "data.parsed_config.temperature");
+        assert!(errors[0].message.contains("between 0 and 2"), "{}", errors[0].message);
+    }
+
+    #[test]
+    fn missing_model_and_bad_retry_are_reported() {
+        let mut errors = FieldErrors::default();
+        validate_config(&json!({"temperature": 0.5, "retry": {"max_attempts": 0}}), &mut errors);
+        let fields: Vec<String> = errors.into_vec().into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["model", "retry.max_attempts"]);
+    }
+
+    #[test]
+    fn diff_cannot_remove_model() {
+        let mut errors = FieldErrors::default();
+        validate_diff(&json!({"model": null}), &mut errors);
+        assert_eq!(errors.into_vec()[0].field, "model");
+    }
+}

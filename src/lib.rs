@@ -1,0 +1,7 @@
+//! arc-rec: configuration recommendations for an LLM-agent evaluation platform.
+//!
+//! The library holds everything the `arc-rec` binary does, HTTP-free where it can be: domain
+//! types parsed at the edge, storage (all SQL), the synthetic Arc-Eval world, ingest and export.
+//! See `docs/ARCHITECTURE.md` for the map.
+
+pub mod domain;

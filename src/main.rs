@@ -1,0 +1,2 @@
+//! arc-rec binary.
+fn main() {}

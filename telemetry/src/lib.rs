@@ -1,0 +1,1 @@
+//! Tracing, OpenTelemetry and Prometheus initialisation.
