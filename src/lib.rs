@@ -4,4 +4,10 @@
 //! types parsed at the edge, storage (all SQL), the synthetic Arc-Eval world, ingest and export.
 //! See `docs/ARCHITECTURE.md` for the map.
 
+pub mod cli;
+pub mod commands;
 pub mod domain;
+pub mod export;
+pub mod ingest;
+pub mod progress;
+pub mod storage;

@@ -11,8 +11,15 @@ use sha2::{Digest, Sha256};
 use super::validation::FieldErrors;
 
 /// Keys of a configuration that arc-rec understands and may recommend changing.
-pub const KNOWN_CONFIG_KEYS: &[&str] =
-    &["model", "temperature", "tools", "retry", "timeout_s", "system_prompt", "max_tokens"];
+pub const KNOWN_CONFIG_KEYS: &[&str] = &[
+    "model",
+    "temperature",
+    "tools",
+    "retry",
+    "timeout_s",
+    "system_prompt",
+    "max_tokens",
+];
 
 /// Validates a full agent configuration, as the platform's CHECK constraint does
 /// (`parsed_config ? 'model' AND ? 'temperature'`, temperature between 0 and 2) plus the
@@ -38,7 +45,10 @@ pub fn validate_config(config: &Value, errors: &mut FieldErrors) {
 /// and at least one change.
 pub fn validate_diff(diff: &Value, errors: &mut FieldErrors) {
     let Some(object) = diff.as_object() else {
-        errors.push("", "must be a JSON object (a merge patch over the configuration)");
+        errors.push(
+            "",
+            "must be a JSON object (a merge patch over the configuration)",
+        );
         return;
     };
     if object.is_empty() {
@@ -90,7 +100,8 @@ fn validate_optional_fields(object: &Map<String, Value>, errors: &mut FieldError
                 if let Some(attempts) = retry.get("max_attempts").filter(|v| !v.is_null()) {
                     match attempts.as_u64() {
                         Some(1..=100) => {}
-                        _ => errors.push("retry.max_attempts", "must be an integer between 1 and 100"),
+                        _ => errors
+                            .push("retry.max_attempts", "must be an integer between 1 and 100"),
                     }
                 }
                 if let Some(backoff) = retry.get("backoff_s").filter(|v| !v.is_null()) {
@@ -113,7 +124,10 @@ fn validate_optional_fields(object: &Map<String, Value>, errors: &mut FieldError
 fn check_positive(value: &Value, field: &str, errors: &mut FieldErrors) {
     match value.as_f64() {
         Some(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => {}
-        _ => errors.push(field, "must be a positive number of seconds (at most 86400)"),
+        _ => errors.push(
+            field,
+            "must be a positive number of seconds (at most 86400)",
+        ),
     }
 }
 
@@ -183,14 +197,24 @@ mod tests {
 
     #[test]
     fn merge_patch_follows_rfc_7396() {
-        let mut config = json!({"model": "a", "retry": {"max_attempts": 1, "backoff_s": 2}, "tools": [1, 2]});
-        apply_merge_patch(&mut config, &json!({"retry": {"max_attempts": 3, "backoff_s": null}, "tools": [3]}));
-        assert_eq!(config, json!({"model": "a", "retry": {"max_attempts": 3}, "tools": [3]}));
+        let mut config =
+            json!({"model": "a", "retry": {"max_attempts": 1, "backoff_s": 2}, "tools": [1, 2]});
+        apply_merge_patch(
+            &mut config,
+            &json!({"retry": {"max_attempts": 3, "backoff_s": null}, "tools": [3]}),
+        );
+        assert_eq!(
+            config,
+            json!({"model": "a", "retry": {"max_attempts": 3}, "tools": [3]})
+        );
     }
 
     #[test]
     fn hash_ignores_key_order() {
-        assert_eq!(config_hash(&json!({"a": 1, "b": [1, {"c": 2, "d": 3}]})), config_hash(&json!({"b": [1, {"d": 3, "c": 2}], "a": 1})));
+        assert_eq!(
+            config_hash(&json!({"a": 1, "b": [1, {"c": 2, "d": 3}]})),
+            config_hash(&json!({"b": [1, {"d": 3, "c": 2}], "a": 1}))
+        );
         assert_ne!(config_hash(&json!({"a": 1})), config_hash(&json!({"a": 2})));
     }
 
@@ -201,13 +225,20 @@ mod tests {
         let errors = errors.into_vec();
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].field, "data.parsed_config.temperature");
-        assert!(errors[0].message.contains("between 0 and 2"), "{}", errors[0].message);
+        assert!(
+            errors[0].message.contains("between 0 and 2"),
+            "{}",
+            errors[0].message
+        );
     }
 
     #[test]
     fn missing_model_and_bad_retry_are_reported() {
         let mut errors = FieldErrors::default();
-        validate_config(&json!({"temperature": 0.5, "retry": {"max_attempts": 0}}), &mut errors);
+        validate_config(
+            &json!({"temperature": 0.5, "retry": {"max_attempts": 0}}),
+            &mut errors,
+        );
         let fields: Vec<String> = errors.into_vec().into_iter().map(|e| e.field).collect();
         assert_eq!(fields, ["model", "retry.max_attempts"]);
     }

@@ -606,10 +606,18 @@ impl IngestRecord {
                 vec![r("data.config_id", RecordKind::Configuration, &d.config_id)]
             }
             RecordData::Simulation(d) => {
-                vec![r("data.config_version_id", RecordKind::ConfigVersion, &d.config_version_id)]
+                vec![r(
+                    "data.config_version_id",
+                    RecordKind::ConfigVersion,
+                    &d.config_version_id,
+                )]
             }
             RecordData::Outcome(d) => vec![
-                r("data.simulation_id", RecordKind::Simulation, &d.simulation_id),
+                r(
+                    "data.simulation_id",
+                    RecordKind::Simulation,
+                    &d.simulation_id,
+                ),
                 r("data.scenario_id", RecordKind::Scenario, &d.scenario_id),
             ],
             RecordData::FailurePattern(d) => {
@@ -636,7 +644,10 @@ impl IngestRecord {
                 e.check_id("version_id", &d.version_id);
                 e.check_id("config_id", &d.config_id);
                 if d.version_number < 1 {
-                    e.push("version_number", format!("must be at least 1, got {}", d.version_number));
+                    e.push(
+                        "version_number",
+                        format!("must be at least 1, got {}", d.version_number),
+                    );
                 }
                 let mut config_errors = FieldErrors::with_prefix("data.parsed_config");
                 validate_config(&d.parsed_config, &mut config_errors);
@@ -719,13 +730,19 @@ fn validate_outcome(d: &Outcome, e: &mut FieldErrors) {
         e.push("trajectory.duration_ms", "must be a non-negative number");
     }
     for (i, call) in t.tool_calls.iter().enumerate() {
-        e.check_non_negative(&format!("trajectory.tool_calls[{i}].duration_ms"), call.duration_ms);
+        e.check_non_negative(
+            &format!("trajectory.tool_calls[{i}].duration_ms"),
+            call.duration_ms,
+        );
     }
     for (i, llm) in t.llm_interactions.iter().enumerate() {
         let field = format!("trajectory.llm_interactions[{i}]");
         e.check_non_negative(&format!("{field}.duration_ms"), llm.duration_ms);
         if llm.tokens_in < 0 || llm.tokens_out < 0 {
-            e.push(&format!("{field}.tokens_in"), "token counts must not be negative");
+            e.push(
+                &format!("{field}.tokens_in"),
+                "token counts must not be negative",
+            );
         }
     }
 }
@@ -734,7 +751,13 @@ fn check_embedding(e: &mut FieldErrors, field: &str, embedding: &[f32]) {
     if embedding.is_empty() {
         e.push(field, "must not be empty");
     } else if embedding.len() > 16_384 {
-        e.push(field, format!("has {} dimensions; at most 16384 are accepted", embedding.len()));
+        e.push(
+            field,
+            format!(
+                "has {} dimensions; at most 16384 are accepted",
+                embedding.len()
+            ),
+        );
     } else if let Some(i) = embedding.iter().position(|x| !x.is_finite()) {
         e.push(&format!("{field}[{i}]"), "must be a finite number");
     }
@@ -744,13 +767,20 @@ impl FieldErrors {
     /// Records an error whose path is already absolute.
     fn push_absolute(&mut self, error: FieldError) {
         let prefix_len = "data".len();
-        let relative = error.field.get(prefix_len..).unwrap_or("").trim_start_matches('.');
+        let relative = error
+            .field
+            .get(prefix_len..)
+            .unwrap_or("")
+            .trim_start_matches('.');
         self.push(relative, error.message);
     }
 }
 
 /// Deserializes `text` and, on failure, names the field by its JSON path under `prefix`.
-fn parse_json<'de, T: Deserialize<'de>>(text: &'de str, prefix: &str) -> Result<T, Vec<FieldError>> {
+fn parse_json<'de, T: Deserialize<'de>>(
+    text: &'de str,
+    prefix: &str,
+) -> Result<T, Vec<FieldError>> {
     let mut de = serde_json::Deserializer::from_str(text);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();
@@ -763,14 +793,30 @@ fn parse_json<'de, T: Deserialize<'de>>(text: &'de str, prefix: &str) -> Result<
         };
         let inner = err.into_inner();
         let message = describe_json_error(&inner);
-        vec![FieldError::new(if field.is_empty() { "(line)".to_owned() } else { field }, message)]
+        vec![FieldError::new(
+            if field.is_empty() {
+                "(line)".to_owned()
+            } else {
+                field
+            },
+            message,
+        )]
     })?;
-    de.end().map_err(|err| vec![FieldError::new(prefix_or_line(prefix), describe_json_error(&err))])?;
+    de.end().map_err(|err| {
+        vec![FieldError::new(
+            prefix_or_line(prefix),
+            describe_json_error(&err),
+        )]
+    })?;
     Ok(value)
 }
 
 fn prefix_or_line(prefix: &str) -> String {
-    if prefix.is_empty() { "(line)".to_owned() } else { prefix.to_owned() }
+    if prefix.is_empty() {
+        "(line)".to_owned()
+    } else {
+        prefix.to_owned()
+    }
 }
 
 /// serde's message without its "at line 1 column 57" suffix (the path already says where).
@@ -796,37 +842,61 @@ mod tests {
     #[test]
     fn contract_examples_parse_and_round_trip() {
         for (i, line) in CONTRACT_LINES.lines().enumerate() {
-            let record = IngestRecord::parse_line(line).unwrap_or_else(|e| panic!("line {}: {e:?}", i + 1));
+            let record =
+                IngestRecord::parse_line(line).unwrap_or_else(|e| panic!("line {}: {e:?}", i + 1));
             let again = IngestRecord::parse_line(&record.to_line()).expect("round trip");
             assert_eq!(record, again);
         }
     }
 
     fn first_error(line: &str) -> FieldError {
-        IngestRecord::parse_line(line).expect_err("must be rejected").remove(0)
+        IngestRecord::parse_line(line)
+            .expect_err("must be rejected")
+            .remove(0)
     }
 
     #[test]
     fn unknown_field_is_named() {
-        let err = first_error(r#"{"kind":"scenario","org":"acme","data":{"scenario_id":"s1","name":"x","difficulty":"hard"}}"#);
+        let err = first_error(
+            r#"{"kind":"scenario","org":"acme","data":{"scenario_id":"s1","name":"x","difficulty":"hard"}}"#,
+        );
         assert_eq!(err.field, "data.difficulty");
-        assert!(err.message.contains("unknown field `difficulty`"), "{}", err.message);
+        assert!(
+            err.message.contains("unknown field `difficulty`"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
     fn wrong_type_deep_in_trajectory_is_named() {
-        let line = CONTRACT_LINES.lines().nth(4).unwrap().replace(r#""success":false"#, r#""success":"no""#);
+        let line = CONTRACT_LINES
+            .lines()
+            .nth(4)
+            .unwrap()
+            .replace(r#""success":false"#, r#""success":"no""#);
         let err = first_error(&line);
         assert_eq!(err.field, "data.trajectory.tool_calls[0].success");
-        assert!(err.message.contains("expected a boolean"), "{}", err.message);
+        assert!(
+            err.message.contains("expected a boolean"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
     fn unknown_enum_value_is_named() {
-        let line = CONTRACT_LINES.lines().nth(4).unwrap().replace(r#""error_category":"timeout""#, r#""error_category":"cosmic_ray""#);
+        let line = CONTRACT_LINES.lines().nth(4).unwrap().replace(
+            r#""error_category":"timeout""#,
+            r#""error_category":"cosmic_ray""#,
+        );
         let err = first_error(&line);
         assert_eq!(err.field, "data.error_category");
-        assert!(err.message.contains("unknown variant `cosmic_ray`"), "{}", err.message);
+        assert!(
+            err.message.contains("unknown variant `cosmic_ray`"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
@@ -849,7 +919,11 @@ mod tests {
 
     #[test]
     fn out_of_range_reliability_is_named() {
-        let line = CONTRACT_LINES.lines().nth(4).unwrap().replace(r#""reliability_score":0.4"#, r#""reliability_score":1.4"#);
+        let line = CONTRACT_LINES
+            .lines()
+            .nth(4)
+            .unwrap()
+            .replace(r#""reliability_score":0.4"#, r#""reliability_score":1.4"#);
         assert_eq!(first_error(&line).field, "data.reliability_score");
     }
 }

@@ -14,7 +14,10 @@ pub struct FieldError {
 impl FieldError {
     /// A problem with the field at `field`.
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { field: field.into(), message: message.into() }
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -36,7 +39,10 @@ pub struct FieldErrors {
 impl FieldErrors {
     /// An empty collector whose paths start with `prefix` (e.g. `data`).
     pub fn with_prefix(prefix: &str) -> Self {
-        Self { prefix: prefix.to_owned(), errors: Vec::new() }
+        Self {
+            prefix: prefix.to_owned(),
+            errors: Vec::new(),
+        }
     }
 
     /// Full path of `field` under this collector's prefix.
@@ -74,7 +80,10 @@ impl FieldErrors {
         if value.trim().is_empty() {
             self.push(field, "must not be empty");
         } else if value.len() > 256 {
-            self.push(field, format!("must be at most 256 bytes, got {}", value.len()));
+            self.push(
+                field,
+                format!("must be at most 256 bytes, got {}", value.len()),
+            );
         }
     }
 
@@ -90,6 +99,10 @@ impl FieldErrors {
 
     /// `Ok(())` when empty, else all errors.
     pub fn finish(self) -> Result<(), Vec<FieldError>> {
-        if self.errors.is_empty() { Ok(()) } else { Err(self.errors) }
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(self.errors)
+        }
     }
 }

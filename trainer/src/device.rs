@@ -27,7 +27,9 @@ pub enum DeviceRequest {
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     /// CUDA was asked for but libtorch sees no CUDA device.
-    #[error("CUDA was requested but libtorch sees no CUDA device (is libtorch_cuda linked and a GPU present?)")]
+    #[error(
+        "CUDA was requested but libtorch sees no CUDA device (is libtorch_cuda linked and a GPU present?)"
+    )]
     NoCuda,
 }
 
@@ -40,7 +42,11 @@ impl Runtime {
             DeviceRequest::Cuda if tch::Cuda::is_available() => Device::Cuda(0),
             DeviceRequest::Cuda => return Err(RuntimeError::NoCuda),
         };
-        let kind = if device.is_cuda() { Kind::BFloat16 } else { Kind::Float };
+        let kind = if device.is_cuda() {
+            Kind::BFloat16
+        } else {
+            Kind::Float
+        };
         Ok(Self { device, kind })
     }
 
@@ -66,7 +72,9 @@ mod tests {
     fn matmul_and_backward_on_cpu() {
         let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
         assert_eq!(runtime.kind, Kind::Float);
-        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0]).reshape([2, 2]).set_requires_grad(true);
+        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0])
+            .reshape([2, 2])
+            .set_requires_grad(true);
         let w = Tensor::from_slice(&[0.5f32, -1.0, 2.0, 0.25]).reshape([2, 2]);
         // x @ w = [[4.5, -0.5], [9.5, -2]], so loss = sum((x @ w)^2) = 114.75 and d/dx = 2 (x @ w) @ w^T.
         let y = x.matmul(&w);
@@ -76,6 +84,10 @@ mod tests {
         let expected = (&y * 2.0).matmul(&w.tr());
         let diff = (grad - expected).abs().max().double_value(&[]);
         assert!(diff < 1e-6, "gradient mismatch {diff}");
-        assert!((loss.double_value(&[]) - 114.75).abs() < 1e-4, "loss {}", loss.double_value(&[]));
+        assert!(
+            (loss.double_value(&[]) - 114.75).abs() < 1e-4,
+            "loss {}",
+            loss.double_value(&[])
+        );
     }
 }

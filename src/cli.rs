@@ -1,0 +1,60 @@
+//! Command-line interface: one binary, one `Command` enum.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// arc-rec: exports Configuration→Outcome trajectories, fine-tunes a recommender, and serves
+/// configuration recommendations ranked by a Thompson-sampling bandit.
+#[derive(Debug, Parser)]
+#[command(name = "arc-rec", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the data lives.
+#[derive(Debug, Args)]
+pub struct DatabaseArgs {
+    /// Postgres server to use (libpq URL). Without it, arc-rec runs its own embedded cluster.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Directory of the embedded cluster (created on first use; ignored with --database-url).
+    #[arg(
+        long,
+        env = "ARC_REC_DATA_DIR",
+        default_value = ".arc-rec",
+        global = true
+    )]
+    pub data_dir: PathBuf,
+}
+
+/// The things arc-rec does.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create or update the database schema (other commands also do this on start).
+    Migrate,
+    /// Generate a synthetic Arc-Eval platform history and load it (or write it with --out).
+    Simulate(crate::commands::simulate::SimulateArgs),
+    /// Load platform records from a JSON-lines file (`-` for stdin).
+    Ingest(crate::commands::ingest::IngestArgs),
+    /// Write Configuration→Outcome training examples as JSON lines.
+    Export(crate::commands::export::ExportArgs),
+    /// Measure performance.
+    #[command(subcommand)]
+    Bench(crate::commands::bench::BenchCommand),
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+}

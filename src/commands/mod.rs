@@ -1,0 +1,31 @@
+//! The CLI commands: each parses its arguments, calls library code and prints a summary.
+//! `anyhow` lives here and in `main`, not in the library.
+
+pub mod bench;
+pub mod export;
+pub mod ingest;
+pub mod simulate;
+
+use anyhow::Context;
+
+use crate::cli::DatabaseArgs;
+use crate::storage::{Database, DatabaseTarget, EmbeddedOptions};
+
+/// Opens the database the arguments name and brings its schema up to date.
+pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {
+    let target = match &args.database_url {
+        Some(url) => DatabaseTarget::Url(url.clone()),
+        None => DatabaseTarget::Embedded {
+            root: args.data_dir.clone(),
+            options: EmbeddedOptions::default(),
+        },
+    };
+    let database = Database::open(&target)
+        .await
+        .context("cannot open the database")?;
+    database
+        .migrate()
+        .await
+        .context("cannot migrate the database")?;
+    Ok(database)
+}

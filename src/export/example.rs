@@ -1,0 +1,347 @@
+//! One training example: prompt context, recommendation, reward, split; and its JSON formats.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::rewards::{Decision, Reward, RewardInputs, reward};
+use crate::domain::agent_config::validate_diff;
+use crate::domain::{FieldErrors, RecommendationType, apply_merge_patch};
+use crate::storage::export_rows::ExportRow;
+
+/// Output line formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// arc-rec's full record: context, recommendation, outcome, reward breakdown, split.
+    #[default]
+    Arc,
+    /// `{"prompt", "completion", "label"}`: Hugging Face TRL's prompt-completion shape; `label`
+    /// (accepted or not) makes it TRL's unpaired-preference format (KTO).
+    PromptCompletion,
+    /// `{"messages": [system, user, assistant]}` as TRL's conversational format and OpenAI
+    /// fine-tuning accept; accepted recommendations only (supervised warm-up).
+    Chat,
+}
+
+/// Train or validation, decided by a hash of the example's id so it never changes between runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    Train,
+    Validation,
+}
+
+impl Split {
+    /// The split of example `org/id` when `validation_percent` of examples are held out.
+    pub fn of(org: &str, id: &str, validation_percent: u8) -> Split {
+        let digest = Sha256::new()
+            .chain_update(org)
+            .chain_update(b"/")
+            .chain_update(id)
+            .finalize();
+        let bucket = u64::from_be_bytes(digest[..8].try_into().expect("sha256 has 32 bytes")) % 100;
+        if bucket < u64::from(validation_percent) {
+            Split::Validation
+        } else {
+            Split::Train
+        }
+    }
+}
+
+/// The system prompt of the recommender.
+pub const SYSTEM_PROMPT: &str = "You are arc-rec, an assistant that recommends one configuration change for an LLM agent \
+whose evaluation runs are failing. Answer with a single JSON object: \
+{\"type\": one of cheapest|highest_perf|balanced|model_switch|retry_policy|timeout_adjustment|temperature|tool_configuration, \
+\"diff\": a JSON merge patch over the current configuration, \"rationale\": one sentence}.";
+
+/// A failure group of the configuration before the change.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct FailureGroup {
+    pub failure_category: String,
+    pub failure_type: String,
+    pub count: i64,
+    pub example: String,
+}
+
+/// One exported example.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrainingExample {
+    pub id: String,
+    pub org: String,
+    pub diff_id: String,
+    pub config_id: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub split: Split,
+    pub cluster: Option<String>,
+    pub context: PromptContext,
+    pub recommendation: Recommendation,
+    pub outcome: ObservedOutcome,
+    pub reward: Reward,
+}
+
+/// What the recommender sees.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PromptContext {
+    pub failure_summary: String,
+    pub failures: Vec<FailureGroup>,
+    pub failing_tools: Value,
+    pub current_config: Value,
+    pub user_context: Value,
+}
+
+/// What it recommended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recommendation {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub diff: Value,
+    pub rationale: String,
+    pub llm_generated: bool,
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ObservedOutcome {
+    pub approval_status: String,
+    pub runs_before: i64,
+    pub failed_runs_before: i64,
+    pub reliability_before: Option<f64>,
+    pub cost_per_run_before: Option<f64>,
+    pub runs_after: i64,
+    pub reliability_after: Option<f64>,
+    pub cost_per_run_after: Option<f64>,
+}
+
+impl TrainingExample {
+    /// Builds the example from a query row.
+    pub fn from_row(row: ExportRow, validation_percent: u8) -> Self {
+        let failures: Vec<FailureGroup> = row
+            .failures
+            .clone()
+            .and_then(|f| serde_json::from_value(f).ok())
+            .unwrap_or_default();
+        let failing_tools = row.failing_tools.clone().unwrap_or_else(|| json!({}));
+        let kind = row
+            .recommendation_type
+            .clone()
+            .or_else(|| RecommendationType::infer(&row.diff).map(|t| t.as_str().to_owned()));
+        let format_valid = is_well_formed(kind.as_deref(), &row.config_before, &row.diff);
+        let decision = if row.approval_status == "approved" {
+            Decision::Accepted
+        } else {
+            Decision::Rejected
+        };
+        let reward = reward(&RewardInputs {
+            decision,
+            reliability_before: row.before_reliability,
+            reliability_after: row.after_reliability,
+            format_valid,
+            after_runs: row.after_runs,
+            after_tool_timeouts: row.after_tool_timeouts.unwrap_or(0),
+            after_successful_tool_calls: row.after_tool_calls_ok.unwrap_or(0),
+        });
+        let mut user_context = serde_json::Map::new();
+        if let Some(role) = &row.user_role {
+            user_context.insert("user_role".into(), json!(role));
+        }
+        if let Some(domain) = &row.domain {
+            user_context.insert("domain".into(), json!(domain));
+        }
+        let failure_summary = summarize_failures(&row, &failures, &failing_tools);
+        Self {
+            id: format!("{}/{}", row.org_id, row.diff_id),
+            split: Split::of(&row.org_id, &row.diff_id, validation_percent),
+            org: row.org_id,
+            diff_id: row.diff_id,
+            config_id: row.config_id,
+            created_at: row.created_at,
+            cluster: row.cluster,
+            context: PromptContext {
+                failure_summary,
+                failures,
+                failing_tools,
+                current_config: row.config_before,
+                user_context: Value::Object(user_context),
+            },
+            recommendation: Recommendation {
+                kind,
+                diff: row.diff,
+                rationale: row.change_summary,
+                llm_generated: row.llm_generated,
+            },
+            outcome: ObservedOutcome {
+                approval_status: row.approval_status,
+                runs_before: row.before_runs,
+                failed_runs_before: row.before_failed,
+                reliability_before: row.before_reliability,
+                cost_per_run_before: row.before_cost,
+                runs_after: row.after_runs,
+                reliability_after: row.after_reliability,
+                cost_per_run_after: row.after_cost,
+            },
+            reward,
+        }
+    }
+
+    /// Whether people accepted the recommendation.
+    pub fn accepted(&self) -> bool {
+        self.reward.binary > 0.0
+    }
+
+    /// The user turn: failure summary, current configuration, user.
+    pub fn prompt_text(&self) -> String {
+        let mut text = String::with_capacity(1024);
+        text.push_str(&self.context.failure_summary);
+        let _ = write!(
+            text,
+            "\nCurrent configuration: {}",
+            self.context.current_config
+        );
+        if let Some(object) = self
+            .context
+            .user_context
+            .as_object()
+            .filter(|o| !o.is_empty())
+        {
+            let role = object
+                .get("user_role")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown role");
+            let domain = object
+                .get("domain")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown domain");
+            let _ = write!(text, "\nUser: {role}, domain {domain}.");
+        }
+        text.push_str("\nRecommend one configuration change as a JSON object.");
+        text
+    }
+
+    /// The assistant turn: the recommendation as the model should write it.
+    pub fn completion_text(&self) -> String {
+        json!({
+            "type": self.recommendation.kind,
+            "diff": self.recommendation.diff,
+            "rationale": self.recommendation.rationale,
+        })
+        .to_string()
+    }
+
+    /// Appends the example as one JSON object (no newline) in `format`.
+    pub fn write_json(&self, format: ExportFormat, out: &mut Vec<u8>) {
+        let value = match format {
+            ExportFormat::Arc => {
+                serde_json::to_writer(&mut *out, self).expect("examples serialize to JSON");
+                return;
+            }
+            ExportFormat::PromptCompletion => json!({
+                "prompt": format!("{SYSTEM_PROMPT}\n\n{}", self.prompt_text()),
+                "completion": self.completion_text(),
+                "label": self.accepted(),
+            }),
+            ExportFormat::Chat => json!({"messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": self.prompt_text()},
+                {"role": "assistant", "content": self.completion_text()},
+            ]}),
+        };
+        serde_json::to_writer(&mut *out, &value).expect("examples serialize to JSON");
+    }
+}
+
+/// A recommendation is well formed when its type is known, its diff is a valid merge patch, and
+/// applying it actually changes the configuration.
+pub fn is_well_formed(kind: Option<&str>, config: &Value, diff: &Value) -> bool {
+    if !kind.is_some_and(|k| RecommendationType::parse(k).is_some()) {
+        return false;
+    }
+    let mut errors = FieldErrors::default();
+    validate_diff(diff, &mut errors);
+    if !errors.is_empty() {
+        return false;
+    }
+    let mut after = config.clone();
+    apply_merge_patch(&mut after, diff);
+    after != *config
+}
+
+fn summarize_failures(row: &ExportRow, failures: &[FailureGroup], failing_tools: &Value) -> String {
+    let mut text = String::with_capacity(512);
+    match row.before_reliability {
+        Some(reliability) => {
+            let _ = write!(
+                text,
+                "{} of {} runs failed (mean reliability {:.2}",
+                row.before_failed, row.before_runs, reliability
+            );
+            if let Some(cost) = row.before_cost {
+                let _ = write!(text, ", ${cost:.4}/run");
+            }
+            text.push_str(").");
+        }
+        None => text.push_str("No runs recorded for this configuration."),
+    }
+    if !failures.is_empty() {
+        text.push_str("\nTop failures:");
+        for group in failures {
+            let _ = write!(
+                text,
+                "\n- {} ({}) x{}: \"{}\"",
+                group.failure_category, group.failure_type, group.count, group.example
+            );
+        }
+    }
+    if let Some(tools) = failing_tools.as_object().filter(|t| !t.is_empty()) {
+        text.push_str("\nFailing tool calls:");
+        for (tool, count) in tools {
+            let _ = write!(text, " {tool} x{count};");
+        }
+        text.pop();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_is_deterministic_and_near_the_requested_share() {
+        let validation = (0..10_000)
+            .filter(|i| Split::of("acme", &format!("d{i}"), 10) == Split::Validation)
+            .count();
+        assert!((800..1200).contains(&validation), "{validation}");
+        assert_eq!(Split::of("acme", "d1", 10), Split::of("acme", "d1", 10));
+        assert_eq!(Split::of("acme", "d1", 0), Split::Train);
+        assert_eq!(Split::of("acme", "d1", 100), Split::Validation);
+    }
+
+    #[test]
+    fn well_formed_requires_known_type_valid_and_effective_diff() {
+        let config = json!({"model": "m", "temperature": 0.7, "retry": {"max_attempts": 1}});
+        assert!(is_well_formed(
+            Some("retry_policy"),
+            &config,
+            &json!({"retry": {"max_attempts": 3}})
+        ));
+        assert!(
+            !is_well_formed(
+                Some("retry_policy"),
+                &config,
+                &json!({"retry": {"max_attempts": 1}})
+            ),
+            "no-op"
+        );
+        assert!(
+            !is_well_formed(Some("magic"), &config, &json!({"temperature": 0.2})),
+            "unknown type"
+        );
+        assert!(
+            !is_well_formed(Some("temperature"), &config, &json!({"temperature": 9})),
+            "invalid"
+        );
+        assert!(!is_well_formed(None, &config, &json!({"temperature": 0.2})));
+    }
+}

@@ -1,0 +1,143 @@
+//! Export: Configuration→Outcome training examples from the JSONB store, one JSON line each.
+//!
+//! Every decided past recommendation (an approved or rejected config diff) becomes an example:
+//! the prompt context (failure summary from trajectories and failure patterns, the current
+//! config, the user), the recommendation (type, diff, rationale), the reward by the plan's rules
+//! and a deterministic train/validation split. Rows stream from a server-side cursor into a
+//! temporary file that is renamed over the target only when complete.
+
+pub mod example;
+pub mod rewards;
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use indicatif::ProgressBar;
+
+pub use example::{ExportFormat, Split, TrainingExample};
+
+use crate::storage::export_rows::{self, ExportFilter};
+use crate::storage::{Database, StorageError};
+
+/// What to export and how.
+#[derive(Debug, Clone)]
+pub struct ExportOptions {
+    pub filter: ExportFilter,
+    pub format: ExportFormat,
+    /// Only this split.
+    pub split: Option<Split>,
+    /// Percentage of examples in the validation split.
+    pub validation_percent: u8,
+    /// Only accepted recommendations (implied by the chat format).
+    pub accepted_only: bool,
+}
+
+/// What an export wrote.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ExportSummary {
+    /// Rows the query returned.
+    pub rows_read: u64,
+    /// Lines written.
+    pub examples_written: u64,
+    pub bytes_written: u64,
+    pub train: u64,
+    pub validation: u64,
+    pub accepted: u64,
+    pub rejected: u64,
+}
+
+/// Why an export failed (nothing is left at the target path).
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("cannot write {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Streams examples into `out`, atomically (temp file in the same directory, then rename).
+pub async fn export_to_file(
+    database: &Database,
+    options: &ExportOptions,
+    out: &Path,
+    progress: &ProgressBar,
+) -> Result<ExportSummary, ExportError> {
+    let write_err = |source| ExportError::Write {
+        path: out.to_path_buf(),
+        source,
+    };
+    let dir = match out.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix(".arc-rec-export-")
+        .suffix(".tmp")
+        .tempfile_in(&dir)
+        .map_err(write_err)?;
+    let mut writer = BufWriter::with_capacity(1 << 20, tmp);
+    let summary = export_to_writer(database, options, &mut writer, progress)
+        .await
+        .map_err(|e| match e {
+            ExportError::Write { source, .. } => write_err(source),
+            other => other,
+        })?;
+    let tmp = writer.into_inner().map_err(|e| write_err(e.into_error()))?;
+    tmp.as_file().sync_all().map_err(write_err)?;
+    tmp.persist(out).map_err(|e| write_err(e.error))?;
+    Ok(summary)
+}
+
+/// Streams examples into any writer (stdout, a buffer in tests).
+pub async fn export_to_writer<W: Write>(
+    database: &Database,
+    options: &ExportOptions,
+    writer: &mut W,
+    progress: &ProgressBar,
+) -> Result<ExportSummary, ExportError> {
+    let mut summary = ExportSummary::default();
+    let mut line = Vec::with_capacity(8192);
+    let accepted_only = options.accepted_only || options.format == ExportFormat::Chat;
+    let rows = export_rows::for_each_row(database, &options.filter, |row| {
+        progress.inc(1);
+        let example = TrainingExample::from_row(row, options.validation_percent);
+        if options.split.is_some_and(|s| s != example.split)
+            || (accepted_only && !example.accepted())
+        {
+            return Ok(());
+        }
+        line.clear();
+        example.write_json(options.format, &mut line);
+        line.push(b'\n');
+        writer
+            .write_all(&line)
+            .map_err(|source| ExportError::Write {
+                path: PathBuf::from("output"),
+                source,
+            })?;
+        summary.examples_written += 1;
+        summary.bytes_written += line.len() as u64;
+        match example.split {
+            Split::Train => summary.train += 1,
+            Split::Validation => summary.validation += 1,
+        }
+        if example.accepted() {
+            summary.accepted += 1;
+        } else {
+            summary.rejected += 1;
+        }
+        Ok::<(), ExportError>(())
+    })
+    .await?;
+    writer.flush().map_err(|source| ExportError::Write {
+        path: PathBuf::from("output"),
+        source,
+    })?;
+    summary.rows_read = rows;
+    progress.finish_and_clear();
+    Ok(summary)
+}

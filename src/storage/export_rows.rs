@@ -1,0 +1,206 @@
+//! The SQL side of `arc-rec export`: one row per decided past recommendation (config diff) with
+//! the Configuration→Outcome facts around it, read through a server-side cursor so memory stays
+//! bounded however many rows there are.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{Connection, Executor, PgConnection};
+
+use super::{Database, QueryContext, StorageError};
+
+/// Rows fetched per round trip from the cursor.
+const FETCH_ROWS: usize = 512;
+
+/// Which diffs to export.
+#[derive(Debug, Clone, Default)]
+pub struct ExportFilter {
+    /// Only diffs created at or after this instant.
+    pub since: Option<DateTime<Utc>>,
+    /// Only diffs created before this instant.
+    pub until: Option<DateTime<Utc>>,
+    /// Only this organization.
+    pub org: Option<String>,
+    /// Only diffs whose failure context falls in this cluster.
+    pub cluster: Option<String>,
+}
+
+/// One decided config diff and its surroundings, as the export query returns it.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ExportRow {
+    pub org_id: String,
+    pub diff_id: String,
+    pub config_id: String,
+    pub created_at: DateTime<Utc>,
+    pub approval_status: String,
+    pub recommendation_type: Option<String>,
+    pub diff: Value,
+    pub change_summary: String,
+    pub llm_generated: bool,
+    pub version_before: String,
+    pub version_after: Option<String>,
+    pub config_before: Value,
+    pub user_role: Option<String>,
+    pub domain: Option<String>,
+    /// Runs (outcomes) of the version before the change, their mean reliability and cost.
+    pub before_runs: i64,
+    pub before_failed: i64,
+    pub before_reliability: Option<f64>,
+    pub before_cost: Option<f64>,
+    /// Runs of the version after the change (none when it was never applied or simulated).
+    pub after_runs: i64,
+    pub after_reliability: Option<f64>,
+    pub after_cost: Option<f64>,
+    /// Process features over the after-version's trajectories.
+    pub after_tool_timeouts: Option<i64>,
+    pub after_tool_calls_ok: Option<i64>,
+    /// Top failure groups of the before-version: `[{failure_category, failure_type, count, example}]`.
+    pub failures: Option<Value>,
+    /// Failing tools of the before-version: `{tool_name: count}`.
+    pub failing_tools: Option<Value>,
+    /// The dominant failure cluster (pattern_cluster_id, else failure_category).
+    pub cluster: Option<String>,
+}
+
+/// The export query with the filter's values inlined as SQL literals, so exactly the same text
+/// can run through a cursor here and through `psql \copy` in the benchmark.
+pub fn export_sql(filter: &ExportFilter) -> String {
+    let ts = |t: &Option<DateTime<Utc>>| match t {
+        Some(t) => format!("'{}'::timestamptz", t.to_rfc3339()),
+        None => "NULL::timestamptz".to_owned(),
+    };
+    let text = |s: &Option<String>| match s {
+        Some(s) => quote_literal(s),
+        None => "NULL::text".to_owned(),
+    };
+    EXPORT_SQL
+        .replace("{since}", &ts(&filter.since))
+        .replace("{until}", &ts(&filter.until))
+        .replace("{org}", &text(&filter.org))
+        .replace("{cluster}", &text(&filter.cluster))
+}
+
+/// An SQL string literal (standard_conforming_strings is on since Postgres 9.1).
+fn quote_literal(s: &str) -> String {
+    format!("'{}'::text", s.replace('\'', "''"))
+}
+
+const EXPORT_SQL: &str = r#"
+SELECT * FROM (
+SELECT
+    d.org_id, d.diff_id, d.config_id, d.created_at, d.approval_status, d.recommendation_type,
+    d.diff, d.change_summary, d.llm_generated, d.version_before, d.version_after,
+    vb.parsed_config AS config_before,
+    u.user_role, u.domain,
+    b.runs AS before_runs, b.failed AS before_failed,
+    b.reliability AS before_reliability, b.cost AS before_cost,
+    a.runs AS after_runs, a.reliability AS after_reliability, a.cost AS after_cost,
+    a.tool_timeouts AS after_tool_timeouts, a.tool_calls_ok AS after_tool_calls_ok,
+    f.failures, ft.failing_tools, f.cluster
+FROM config_diffs d
+JOIN config_versions vb ON vb.org_id = d.org_id AND vb.version_id = d.version_before
+LEFT JOIN configurations c ON c.org_id = d.org_id AND c.config_id = d.config_id
+LEFT JOIN users u ON u.org_id = d.org_id AND u.user_id = c.user_id
+CROSS JOIN LATERAL (
+    SELECT count(*) AS runs,
+           count(*) FILTER (WHERE o.status <> 'success') AS failed,
+           avg(o.reliability_score) AS reliability,
+           avg(o.cost_usd) AS cost
+    FROM simulations s
+    JOIN outcomes o ON o.org_id = s.org_id AND o.simulation_id = s.simulation_id
+    WHERE s.org_id = d.org_id AND s.config_version_id = d.version_before
+) b
+CROSS JOIN LATERAL (
+    SELECT count(*) AS runs,
+           avg(o.reliability_score) AS reliability,
+           avg(o.cost_usd) AS cost,
+           sum((SELECT count(*) FROM jsonb_array_elements(o.trajectory -> 'error_events') e
+                WHERE e ->> 'error_type' ILIKE '%timeout%'))::bigint AS tool_timeouts,
+           sum((SELECT count(*) FROM jsonb_array_elements(o.trajectory -> 'tool_calls') t
+                WHERE t -> 'success' = 'true'::jsonb))::bigint AS tool_calls_ok
+    FROM simulations s
+    JOIN outcomes o ON o.org_id = s.org_id AND o.simulation_id = s.simulation_id
+    WHERE s.org_id = d.org_id AND s.config_version_id = d.version_after
+) a
+LEFT JOIN LATERAL (
+    SELECT jsonb_agg(jsonb_build_object(
+               'failure_category', g.failure_category, 'failure_type', g.failure_type,
+               'count', g.n, 'example', g.example) ORDER BY g.n DESC, g.failure_category) AS failures,
+           (array_agg(g.cluster ORDER BY g.n DESC, g.cluster))[1] AS cluster
+    FROM (
+        SELECT fp.failure_category, fp.failure_type, count(*) AS n, min(fp.error_message) AS example,
+               coalesce(min(fp.pattern_cluster_id), fp.failure_category) AS cluster
+        FROM simulations s
+        JOIN outcomes o ON o.org_id = s.org_id AND o.simulation_id = s.simulation_id
+        JOIN failure_patterns fp ON fp.org_id = o.org_id AND fp.outcome_id = o.outcome_id
+        WHERE s.org_id = d.org_id AND s.config_version_id = d.version_before
+        GROUP BY fp.failure_category, fp.failure_type
+        ORDER BY n DESC, fp.failure_category
+        LIMIT 5
+    ) g
+) f ON true
+LEFT JOIN LATERAL (
+    SELECT jsonb_object_agg(t.tool_name, t.n) AS failing_tools
+    FROM (
+        SELECT tc ->> 'tool_name' AS tool_name, count(*) AS n
+        FROM simulations s
+        JOIN outcomes o ON o.org_id = s.org_id AND o.simulation_id = s.simulation_id
+        CROSS JOIN jsonb_array_elements(o.trajectory -> 'tool_calls') tc
+        WHERE s.org_id = d.org_id AND s.config_version_id = d.version_before
+          AND tc -> 'success' = 'false'::jsonb
+        GROUP BY 1
+        ORDER BY n DESC, 1
+        LIMIT 5
+    ) t
+) ft ON true
+WHERE d.approval_status IN ('approved', 'rejected')
+  AND ({since} IS NULL OR d.created_at >= {since})
+  AND ({until} IS NULL OR d.created_at < {until})
+  AND ({org} IS NULL OR d.org_id = {org})
+) x
+WHERE ({cluster} IS NULL OR x.cluster = {cluster})
+ORDER BY x.org_id, x.created_at, x.diff_id
+"#;
+
+/// Streams export rows through a server-side cursor on a dedicated connection, calling `each`
+/// for every row in order. Returns the number of rows.
+pub async fn for_each_row<F, E>(
+    database: &Database,
+    filter: &ExportFilter,
+    mut each: F,
+) -> Result<u64, E>
+where
+    F: FnMut(ExportRow) -> Result<(), E>,
+    E: From<StorageError>,
+{
+    let mut conn = PgConnection::connect_with(database.connect_options())
+        .await
+        .map_err(StorageError::Connect)?;
+    let mut tx = conn.begin().await.context("begin export transaction")?;
+    tx.execute(
+        format!(
+            "DECLARE arc_rec_export NO SCROLL CURSOR FOR {}",
+            export_sql(filter)
+        )
+        .as_str(),
+    )
+    .await
+    .context("declare export cursor")?;
+    let fetch = format!("FETCH FORWARD {FETCH_ROWS} FROM arc_rec_export");
+    let mut total = 0u64;
+    loop {
+        let rows: Vec<ExportRow> = sqlx::query_as(&fetch)
+            .fetch_all(&mut *tx)
+            .await
+            .context("fetch export rows")?;
+        let n = rows.len();
+        for row in rows {
+            each(row)?;
+            total += 1;
+        }
+        if n < FETCH_ROWS {
+            break;
+        }
+    }
+    tx.rollback().await.context("close export transaction")?;
+    Ok(total)
+}

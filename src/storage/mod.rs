@@ -1,0 +1,227 @@
+//! Storage: every SQL statement arc-rec issues lives under this module. The rest of the code sees
+//! typed functions and [`StorageError`], never `sqlx`.
+
+pub mod embedded;
+pub mod export_rows;
+pub mod record_writer;
+
+use std::path::PathBuf;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, Executor, PgPool};
+
+pub use embedded::{EmbeddedError, EmbeddedOptions, EmbeddedPostgres};
+
+/// The migrations in `sql/`, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./sql");
+
+/// Name of the database arc-rec uses inside its embedded cluster.
+pub const EMBEDDED_DATABASE: &str = "arc_rec";
+
+/// Errors from the storage layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The embedded cluster could not be started or stopped.
+    #[error(transparent)]
+    Embedded(#[from] EmbeddedError),
+    /// `DATABASE_URL` could not be parsed.
+    #[error("invalid DATABASE_URL")]
+    BadUrl(#[source] sqlx::Error),
+    /// The database could not be reached.
+    #[error("cannot connect to the database")]
+    Connect(#[source] sqlx::Error),
+    /// Applying migrations failed.
+    #[error("cannot apply migrations")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A query failed.
+    #[error("database query failed: {context}")]
+    Query {
+        context: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+}
+
+/// Adds a static description to a sqlx error.
+pub(crate) trait QueryContext<T> {
+    fn context(self, context: &'static str) -> Result<T, StorageError>;
+}
+
+impl<T> QueryContext<T> for Result<T, sqlx::Error> {
+    fn context(self, context: &'static str) -> Result<T, StorageError> {
+        self.map_err(|source| StorageError::Query { context, source })
+    }
+}
+
+/// Where the data lives.
+#[derive(Debug, Clone)]
+pub enum DatabaseTarget {
+    /// A server named by a libpq URL (`DATABASE_URL`).
+    Url(String),
+    /// arc-rec's own cluster under this directory.
+    Embedded {
+        root: PathBuf,
+        options: EmbeddedOptions,
+    },
+}
+
+/// An open database: a connection pool and, when embedded, the cluster it runs on.
+#[derive(Debug)]
+pub struct Database {
+    pool: PgPool,
+    connect: PgConnectOptions,
+    libpq_url: String,
+    psql: PathBuf,
+    embedded: Option<EmbeddedPostgres>,
+}
+
+impl Database {
+    /// Opens (and for the embedded target starts and creates) the database. Does not migrate.
+    pub async fn open(target: &DatabaseTarget) -> Result<Self, StorageError> {
+        let (connect, libpq_url, psql, embedded) = match target {
+            DatabaseTarget::Url(url) => {
+                let connect: PgConnectOptions = url.parse().map_err(StorageError::BadUrl)?;
+                let psql = embedded::find_bin_dir()
+                    .map(|dir| dir.join("psql"))
+                    .unwrap_or_else(|| PathBuf::from("psql"));
+                (connect, url.clone(), psql, None)
+            }
+            DatabaseTarget::Embedded { root, options } => {
+                let root = root.clone();
+                let options = *options;
+                let cluster =
+                    tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&root, options))
+                        .await
+                        .expect("embedded postgres start does not panic")?;
+                create_database_if_missing(&cluster.connect_options("postgres"), EMBEDDED_DATABASE)
+                    .await?;
+                let connect = cluster.connect_options(EMBEDDED_DATABASE);
+                let url = cluster.libpq_url(EMBEDDED_DATABASE);
+                let psql = cluster.bin_dir().join("psql");
+                (connect, url, psql, Some(cluster))
+            }
+        };
+        let connect = connect.log_statements(tracing::log::LevelFilter::Trace);
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .connect_with(connect.clone())
+            .await
+            .map_err(StorageError::Connect)?;
+        Ok(Self {
+            pool,
+            connect,
+            libpq_url,
+            psql,
+            embedded,
+        })
+    }
+
+    /// Opens a database on an already running server given its options (tests use this for their
+    /// per-test databases).
+    pub async fn open_with(
+        connect: PgConnectOptions,
+        libpq_url: String,
+        psql: PathBuf,
+    ) -> Result<Self, StorageError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .connect_with(connect.clone())
+            .await
+            .map_err(StorageError::Connect)?;
+        Ok(Self {
+            pool,
+            connect,
+            libpq_url,
+            psql,
+            embedded: None,
+        })
+    }
+
+    /// Applies pending migrations from `sql/`.
+    pub async fn migrate(&self) -> Result<(), StorageError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Options for opening a dedicated connection (server-side cursors, COPY).
+    pub fn connect_options(&self) -> &PgConnectOptions {
+        &self.connect
+    }
+
+    /// libpq URL for external tools such as `psql`.
+    pub fn libpq_url(&self) -> &str {
+        &self.libpq_url
+    }
+
+    /// The `psql` binary matching the server, for benchmarks that compare against `\copy`.
+    pub fn psql(&self) -> &std::path::Path {
+        &self.psql
+    }
+
+    /// Closes the pool and leaves the embedded cluster (stopping it if this was its last user).
+    pub async fn close(self) -> Result<(), StorageError> {
+        self.pool.close().await;
+        if let Some(cluster) = self.embedded {
+            tokio::task::spawn_blocking(move || cluster.release())
+                .await
+                .expect("embedded postgres release does not panic")?;
+        }
+        Ok(())
+    }
+}
+
+/// `CREATE DATABASE name` unless it exists; concurrent callers are fine.
+pub async fn create_database_if_missing(
+    admin: &PgConnectOptions,
+    name: &str,
+) -> Result<(), StorageError> {
+    create_database(admin, name, None).await
+}
+
+/// `CREATE DATABASE name [TEMPLATE template]` unless it exists.
+pub async fn create_database(
+    admin: &PgConnectOptions,
+    name: &str,
+    template: Option<&str>,
+) -> Result<(), StorageError> {
+    let mut conn = sqlx::PgConnection::connect_with(admin)
+        .await
+        .map_err(StorageError::Connect)?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(name)
+            .fetch_one(&mut conn)
+            .await
+            .context("look up database")?;
+    if !exists {
+        let template = template
+            .map(|t| format!(" TEMPLATE {}", quote_ident(t)))
+            .unwrap_or_default();
+        let result = conn
+            .execute(format!("CREATE DATABASE {}{template}", quote_ident(name)).as_str())
+            .await;
+        match result {
+            Ok(_) => {}
+            // Another process created it between our check and our CREATE.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+            Err(e) => {
+                return Err(StorageError::Query {
+                    context: "create database",
+                    source: e,
+                });
+            }
+        }
+    }
+    conn.close().await.context("close admin connection")?;
+    Ok(())
+}
+
+/// Quotes an SQL identifier.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
