@@ -177,6 +177,9 @@ pub async fn ingest(
                     .or_insert(line_no);
             }
             Err(errors) => {
+                if let Some(key) = IngestRecord::identify_bad_line(&line) {
+                    defined.entry(key).or_insert(line_no);
+                }
                 bad.insert(line_no, errors);
             }
         }
@@ -186,7 +189,7 @@ pub async fn ingest(
     let mut wanted: HashMap<(RecordKind, String), HashSet<String>> = HashMap::new();
     for (line_no, line_refs) in &refs {
         for r in line_refs {
-            if !defined.get(&r.key).is_some_and(|def| def < line_no) {
+            if defined.get(&r.key).is_none_or(|def| def >= line_no) {
                 wanted
                     .entry((r.key.0, r.key.1.clone()))
                     .or_default()

@@ -31,10 +31,10 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     // Commands that need no database return before one is started.
-    if let Command::Simulate(args) = &cli.command {
-        if args.out.is_some() {
-            return commands::simulate::write_file(args);
-        }
+    if let Command::Simulate(args) = &cli.command
+        && args.out.is_some()
+    {
+        return commands::simulate::write_file(args);
     }
     let database = commands::open_database(&cli.database).await?;
     let result = tokio::select! {

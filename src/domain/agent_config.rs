@@ -59,10 +59,10 @@ pub fn validate_diff(diff: &Value, errors: &mut FieldErrors) {
             errors.push(key, "cannot be removed; a configuration always has one");
         }
     }
-    if let Some(model) = object.get("model").filter(|v| !v.is_null()) {
-        if !model.as_str().is_some_and(|m| !m.trim().is_empty()) {
-            errors.push("model", "must be a non-empty string");
-        }
+    if let Some(model) = object.get("model").filter(|v| !v.is_null())
+        && model.as_str().is_none_or(|m| m.trim().is_empty())
+    {
+        errors.push("model", "must be a non-empty string");
     }
     if let Some(value) = object.get("temperature").filter(|v| !v.is_null()) {
         check_temperature(value, errors);
@@ -114,10 +114,10 @@ fn validate_optional_fields(object: &Map<String, Value>, errors: &mut FieldError
     if let Some(timeout) = object.get("timeout_s").filter(|v| !v.is_null()) {
         check_positive(timeout, "timeout_s", errors);
     }
-    if let Some(prompt) = object.get("system_prompt").filter(|v| !v.is_null()) {
-        if !prompt.is_string() {
-            errors.push("system_prompt", "must be a string");
-        }
+    if let Some(prompt) = object.get("system_prompt").filter(|v| !v.is_null())
+        && !prompt.is_string()
+    {
+        errors.push("system_prompt", "must be a string");
     }
 }
 

@@ -78,6 +78,20 @@ impl RecordKind {
         RecordKind::ConfigDiff,
     ];
 
+    /// The field of `data` that holds the record's id.
+    pub fn id_field(self) -> &'static str {
+        match self {
+            RecordKind::User => "user_id",
+            RecordKind::Configuration => "config_id",
+            RecordKind::ConfigVersion => "version_id",
+            RecordKind::Scenario => "scenario_id",
+            RecordKind::Simulation => "simulation_id",
+            RecordKind::Outcome => "outcome_id",
+            RecordKind::FailurePattern => "pattern_id",
+            RecordKind::ConfigDiff => "diff_id",
+        }
+    }
+
     /// The name used in the `kind` field.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -548,6 +562,20 @@ impl IngestRecord {
         Ok(record)
     }
 
+    /// Best-effort `(kind, org, id)` of a line that failed to parse, so records that reference
+    /// it can be told it was rejected rather than missing.
+    pub fn identify_bad_line(line: &str) -> Option<(RecordKind, String, String)> {
+        let value: Value = serde_json::from_str(line).ok()?;
+        let kind: RecordKind = serde_json::from_value(value.get("kind")?.clone()).ok()?;
+        let org = value.get("org")?.as_str()?.to_owned();
+        let id = value
+            .get("data")?
+            .get(kind.id_field())?
+            .as_str()?
+            .to_owned();
+        Some((kind, org, id))
+    }
+
     /// Writes the record as one JSON line (no trailing newline), the inverse of [`Self::parse_line`].
     pub fn to_line(&self) -> String {
         fn line<T: Serialize>(kind: RecordKind, org: &OrgId, data: &T) -> String {
@@ -654,10 +682,10 @@ impl IngestRecord {
                 for err in config_errors.into_vec() {
                     e.push_absolute(err);
                 }
-                if let Some(hash) = &d.config_hash {
-                    if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-                        e.push("config_hash", "must be a 64-character hex SHA-256");
-                    }
+                if let Some(hash) = &d.config_hash
+                    && (hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()))
+                {
+                    e.push("config_hash", "must be a 64-character hex SHA-256");
                 }
             }
             RecordData::Scenario(d) => {
@@ -819,12 +847,14 @@ fn prefix_or_line(prefix: &str) -> String {
     }
 }
 
-/// serde's message without its "at line 1 column 57" suffix (the path already says where).
+/// serde's message without its "at line 1 column 57" suffix where the path already says where,
+/// and with only the column where it does not (line 1 of a single line would mislead).
 fn describe_json_error(err: &serde_json::Error) -> String {
     let text = err.to_string();
     match text.rfind(" at line ") {
         Some(at) if err.is_data() => text[..at].to_owned(),
-        _ => text,
+        Some(at) => format!("{} at column {}", &text[..at], err.column()),
+        None => text,
     }
 }
 

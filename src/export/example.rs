@@ -254,7 +254,7 @@ impl TrainingExample {
 /// A recommendation is well formed when its type is known, its diff is a valid merge patch, and
 /// applying it actually changes the configuration.
 pub fn is_well_formed(kind: Option<&str>, config: &Value, diff: &Value) -> bool {
-    if !kind.is_some_and(|k| RecommendationType::parse(k).is_some()) {
+    if kind.is_none_or(|k| RecommendationType::parse(k).is_none()) {
         return false;
     }
     let mut errors = FieldErrors::default();

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nix::fcntl::{Flock, FlockArg};
+use sha2::Digest;
 use sqlx::postgres::PgConnectOptions;
 
 /// Fixed port: it only names the socket file inside our private socket directory.
@@ -37,10 +38,10 @@ pub enum EmbeddedError {
          install Debian's postgresql package (scripts/setup.sh) or set DATABASE_URL"
     )]
     NoPostgresUser,
-    /// The `postgres` user cannot reach the data directory.
+    /// The `postgres` user cannot reach the cluster's files.
     #[error(
-        "the postgres user cannot reach {path} (a parent directory is not world-searchable); \
-         choose a --data-dir outside private home directories, or set DATABASE_URL"
+        "the postgres user cannot reach the cluster for {path} (a parent directory is not \
+         world-searchable); choose another --data-dir, or set DATABASE_URL"
     )]
     Unreachable { path: PathBuf },
     /// The socket path would exceed the kernel's limit for unix socket names.
@@ -84,7 +85,11 @@ pub struct EmbeddedOptions {
 /// releasing leaves the server running for the next process.
 #[derive(Debug)]
 pub struct EmbeddedPostgres {
+    /// Where the locks live (the data dir the user named).
     root: PathBuf,
+    /// Where the cluster's files live (`root`, or a reachable stand-in; see
+    /// `cluster_home_for_postgres_user`).
+    home: PathBuf,
     data_dir: PathBuf,
     socket_dir: PathBuf,
     bin_dir: PathBuf,
@@ -102,27 +107,27 @@ impl EmbeddedPostgres {
         let root = root
             .canonicalize()
             .map_err(io_err("cannot resolve", root))?;
-        let data_dir = root.join("pgdata");
-        let socket_dir = root.join("run");
-        let socket_file = socket_dir.join(format!(".s.PGSQL.{PORT}"));
-        if socket_file.as_os_str().len() > 107 {
-            return Err(EmbeddedError::SocketPathTooLong { path: socket_file });
-        }
-        let owner = if nix::unistd::geteuid().is_root() {
+        let (owner, home) = if nix::unistd::geteuid().is_root() {
             let user = nix::unistd::User::from_name("postgres")
                 .ok()
                 .flatten()
                 .ok_or(EmbeddedError::NoPostgresUser)?;
-            check_reachable(&root)?;
-            Some(user)
+            (Some(user), cluster_home_for_postgres_user(&root)?)
         } else {
-            None
+            (None, root.clone())
         };
+        let data_dir = home.join("pgdata");
+        let socket_dir = home.join("run");
+        let socket_file = socket_dir.join(format!(".s.PGSQL.{PORT}"));
+        if socket_file.as_os_str().len() > 107 {
+            return Err(EmbeddedError::SocketPathTooLong { path: socket_file });
+        }
 
         let start_lock = lock(&root.join("start.lock"), FlockArg::LockExclusive)?;
         let users_lock = lock(&root.join("users.lock"), FlockArg::LockShared)?;
         let cluster = Self {
             root,
+            home,
             data_dir,
             socket_dir,
             bin_dir,
@@ -152,9 +157,11 @@ impl EmbeddedPostgres {
 
     /// A libpq connection string for tools like `psql` (`host` is the socket directory).
     pub fn libpq_url(&self, database: &str) -> String {
+        // `localhost` only fills the URL's host slot; the `host` parameter (a directory) wins
+        // and makes libpq and sqlx use the unix socket in it.
         format!(
-            "postgresql://{SUPERUSER}@/{database}?host={}&port={PORT}",
-            self.socket_dir.display()
+            "postgresql://{SUPERUSER}@localhost:{PORT}/{database}?host={}",
+            percent_encode_path(&self.socket_dir)
         )
     }
 
@@ -230,7 +237,7 @@ impl EmbeddedPostgres {
         fs::set_permissions(&self.socket_dir, fs::Permissions::from_mode(0o700))
             .map_err(io_err("cannot set permissions on", &self.socket_dir))?;
         self.chown(&self.socket_dir)?;
-        let log = self.root.join("postgres.log");
+        let log = self.home.join("postgres.log");
         if !log.exists() {
             File::create(&log).map_err(io_err("cannot create", &log))?;
         }
@@ -238,7 +245,7 @@ impl EmbeddedPostgres {
     }
 
     fn pg_ctl_start(&self) -> Result<(), EmbeddedError> {
-        let log = self.root.join("postgres.log");
+        let log = self.home.join("postgres.log");
         let mut cmd = self.pg_ctl(["start", "-w", "-t", "60"]);
         cmd.arg("-l").arg(&log);
         self.run(cmd).map_err(|err| match err {
@@ -281,7 +288,7 @@ impl EmbeddedPostgres {
             cmd.uid(user.uid.as_raw())
                 .gid(user.gid.as_raw())
                 .env("HOME", &user.dir);
-            cmd.current_dir(&self.root);
+            cmd.current_dir(&self.home);
         }
         cmd
     }
@@ -343,17 +350,54 @@ fn lock(path: &Path, arg: FlockArg) -> Result<Flock<File>, EmbeddedError> {
     })
 }
 
+/// Where the cluster's files live when the `postgres` user runs it: under `root` when that user
+/// can reach it, else (a checkout under a private home directory, say) in a directory of its
+/// own under `/var/lib/arc-rec`, named by a hash of `root` so each data dir keeps its cluster.
+fn cluster_home_for_postgres_user(root: &Path) -> Result<PathBuf, EmbeddedError> {
+    if is_reachable_by_others(root)? {
+        return Ok(root.to_path_buf());
+    }
+    let digest = sha2::Sha256::digest(root.as_os_str().as_encoded_bytes());
+    let base = Path::new("/var/lib/arc-rec/clusters");
+    let home = base.join(&hex::encode(digest)[..16]);
+    fs::create_dir_all(&home).map_err(io_err("cannot create", &home))?;
+    for dir in [Path::new("/var/lib/arc-rec"), base, &home] {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
+            .map_err(io_err("cannot set permissions on", dir))?;
+    }
+    if !is_reachable_by_others(&home)? {
+        return Err(EmbeddedError::Unreachable {
+            path: root.to_path_buf(),
+        });
+    }
+    tracing::info!(data_dir = %root.display(), cluster = %home.display(),
+        "the postgres user cannot reach the data directory; keeping the cluster files elsewhere");
+    Ok(home)
+}
+
 /// Every ancestor of `path` must be searchable by others, or the `postgres` user cannot reach it.
-fn check_reachable(path: &Path) -> Result<(), EmbeddedError> {
+fn is_reachable_by_others(path: &Path) -> Result<bool, EmbeddedError> {
     for dir in path.ancestors().skip(1) {
         let meta = fs::metadata(dir).map_err(io_err("cannot inspect", dir))?;
         if meta.mode() & 0o001 == 0 {
-            return Err(EmbeddedError::Unreachable {
-                path: path.to_path_buf(),
-            });
+            return Ok(false);
         }
     }
-    Ok(())
+    Ok(true)
+}
+
+/// Percent-encodes a path for a URL query value, keeping `/` and unreserved characters.
+fn percent_encode_path(path: &Path) -> String {
+    let mut out = String::new();
+    for byte in path.as_os_str().as_encoded_bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                out.push(char::from(*byte));
+            }
+            other => out.push_str(&format!("%{other:02X}")),
+        }
+    }
+    out
 }
 
 /// `pg_ctl` on PATH (resolving Debian's symlinks), else the newest `/usr/lib/postgresql/*/bin`.

@@ -1,0 +1,83 @@
+//! The binary as people run it.
+
+use assert_cmd::Command;
+
+use crate::helpers::{contract_lines, fresh_database, jsonl_file};
+
+fn arc_rec(url: &str) -> Command {
+    let mut cmd = Command::cargo_bin("arc-rec").expect("binary built");
+    cmd.env("DATABASE_URL", url).env_remove("ARC_REC_DATA_DIR");
+    cmd
+}
+
+#[tokio::test]
+async fn ingest_rejects_a_bad_file_naming_line_and_field() {
+    let db = fresh_database().await;
+    let mut lines = contract_lines();
+    lines[1] = lines[1].replace(r#""temperature":0.7"#, r#""temperature":7"#);
+    let file = jsonl_file(&lines);
+    let output = arc_rec(&db.url)
+        .arg("ingest")
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "line 2: field `data.parsed_config.temperature`: must be between 0 and 2, got 7"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was written"), "{stderr}");
+    assert!(db.counts().await.iter().all(|(_, n)| *n == 0));
+}
+
+#[tokio::test]
+async fn ingest_then_export_through_the_binary() {
+    let db = fresh_database().await;
+    let file = jsonl_file(&contract_lines());
+    let output = arc_rec(&db.url)
+        .arg("ingest")
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("examples.jsonl");
+    let output = arc_rec(&db.url)
+        .args(["export", "--format", "chat", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(text.lines().count(), 1);
+    let chat: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert!(
+        chat["messages"][2]["content"]
+            .as_str()
+            .unwrap()
+            .contains("retry_policy")
+    );
+}
+
+#[test]
+fn bad_arguments_are_reported_by_name() {
+    let output = Command::cargo_bin("arc-rec")
+        .unwrap()
+        .args(["export", "--out", "x.jsonl", "--since", "yesterday"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--since"), "{stderr}");
+}

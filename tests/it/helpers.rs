@@ -1,0 +1,164 @@
+//! Test databases: one embedded cluster per test run (under `target/tmp`, left running for the
+//! next test process; `scripts/test.sh` stops it), and a fresh database per test cloned from a
+//! migrated template, so every test starts from an empty, current schema.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use arc_rec::storage::{self, Database, EmbeddedOptions, EmbeddedPostgres};
+use sqlx::{Connection, Executor};
+
+/// Where the test cluster lives.
+pub fn cluster_dir() -> PathBuf {
+    std::env::var_os("ARC_REC_TEST_PG_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_TARGET_TMPDIR"), "/pg")))
+}
+
+fn cluster() -> &'static EmbeddedPostgres {
+    static CLUSTER: OnceLock<EmbeddedPostgres> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let options = EmbeddedOptions {
+            unsafe_fast: true,
+            keep_running: true,
+        };
+        EmbeddedPostgres::start(&cluster_dir(), options).expect("start the test cluster")
+    })
+}
+
+/// A template named after the migrations it holds, so a changed migration gets a new one.
+fn template_name() -> String {
+    let mut hasher = std::hash::DefaultHasher::new();
+    for migration in storage::MIGRATOR.iter() {
+        std::hash::Hash::hash(&migration.checksum, &mut hasher);
+    }
+    format!(
+        "arc_rec_template_{:016x}",
+        std::hash::Hasher::finish(&hasher)
+    )
+}
+
+async fn ensure_template(cluster: &EmbeddedPostgres) -> String {
+    let name = template_name();
+    let admin = cluster.connect_options("postgres");
+    let mut conn = sqlx::PgConnection::connect_with(&admin)
+        .await
+        .expect("connect to the test cluster");
+    // Serialise template creation across test processes (nextest runs each test in its own).
+    conn.execute("SELECT pg_advisory_lock(4242)")
+        .await
+        .expect("lock");
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&name)
+            .fetch_one(&mut conn)
+            .await
+            .expect("look up template");
+    if !exists {
+        let building = format!("{name}_building");
+        conn.execute(format!("DROP DATABASE IF EXISTS {building}").as_str())
+            .await
+            .expect("drop stale template");
+        storage::create_database(&admin, &building, None)
+            .await
+            .expect("create template");
+        let db = Database::open_with(
+            cluster.connect_options(&building),
+            String::new(),
+            PathBuf::new(),
+        )
+        .await
+        .expect("open template");
+        db.migrate().await.expect("migrate template");
+        db.close().await.expect("close template");
+        conn.execute(format!("ALTER DATABASE {building} RENAME TO {name}").as_str())
+            .await
+            .expect("publish template");
+    }
+    conn.execute("SELECT pg_advisory_unlock(4242)")
+        .await
+        .expect("unlock");
+    conn.close().await.expect("close");
+    name
+}
+
+/// A fresh, migrated, empty database of its own.
+pub async fn fresh_database() -> TestDb {
+    let cluster = cluster();
+    let template = ensure_template(cluster).await;
+    let name = format!("test_{}", uuid_like());
+    storage::create_database(&cluster.connect_options("postgres"), &name, Some(&template))
+        .await
+        .expect("create test database");
+    let database = Database::open_with(
+        cluster.connect_options(&name),
+        cluster.libpq_url(&name),
+        cluster.bin_dir().join("psql"),
+    )
+    .await
+    .expect("open test database");
+    TestDb {
+        database,
+        url: cluster.libpq_url(&name),
+    }
+}
+
+/// A test's database and the URL the binary can reach it by.
+pub struct TestDb {
+    pub database: Database,
+    /// libpq URL (unix socket), for `DATABASE_URL`.
+    pub url: String,
+}
+
+impl TestDb {
+    /// The pool.
+    pub fn pool(&self) -> &sqlx::PgPool {
+        self.database.pool()
+    }
+
+    /// Row counts of every platform table.
+    pub async fn counts(&self) -> Vec<(String, i64)> {
+        storage::record_writer::table_counts(self.pool())
+            .await
+            .expect("count rows")
+            .into_iter()
+            .map(|(k, n)| (k.as_str().to_owned(), n))
+            .collect()
+    }
+}
+
+fn uuid_like() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    format!("{:016x}{:08x}", rng.random::<u64>(), std::process::id())
+}
+
+/// Path of a file under `tests/fixtures`.
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// Writes `lines` to a temporary JSON-lines file.
+pub fn jsonl_file(lines: &[String]) -> tempfile::NamedTempFile {
+    use std::io::Write;
+    let mut file = tempfile::Builder::new()
+        .suffix(".jsonl")
+        .tempfile()
+        .expect("temp file");
+    for line in lines {
+        writeln!(file, "{line}").expect("write temp file");
+    }
+    file.flush().expect("flush temp file");
+    file
+}
+
+/// The CONTRACTS.md ingest examples, one string per line.
+pub fn contract_lines() -> Vec<String> {
+    std::fs::read_to_string(fixture("contracts.jsonl"))
+        .expect("read contracts fixture")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}

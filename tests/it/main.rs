@@ -1,0 +1,12 @@
+//! arc-rec's integration tests: one test binary (fast to link), one module per area, each test
+//! on a fresh migrated database of a shared throwaway Postgres cluster.
+
+/// The shared cluster and per-test databases.
+mod helpers;
+
+/// `arc-rec` the binary: exit codes and messages people see.
+mod cli;
+/// Export: reward rules on hand-made rows, filters, formats, atomic output.
+mod export;
+/// Ingest: the contract examples, idempotency, bad input naming line and field.
+mod ingest;
