@@ -42,9 +42,21 @@ pub enum Command {
     Ingest(crate::commands::ingest::IngestArgs),
     /// Write Configuration→Outcome training examples as JSON lines.
     Export(crate::commands::export::ExportArgs),
+    /// Manage the embedded Postgres cluster under --data-dir.
+    #[command(subcommand)]
+    Db(DbCommand),
     /// Measure performance.
     #[command(subcommand)]
     Bench(crate::commands::bench::BenchCommand),
+}
+
+/// `arc-rec db ...`.
+#[derive(Debug, Subcommand)]
+pub enum DbCommand {
+    /// Say whether the embedded cluster is running.
+    Status,
+    /// Stop the embedded cluster (e.g. one left running by a crashed process or a test run).
+    Stop,
 }
 
 #[cfg(test)]

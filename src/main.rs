@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use arc_rec::cli::{Cli, Command};
+use arc_rec::cli::{Cli, Command, DbCommand};
 use arc_rec::commands;
+use arc_rec::storage::EmbeddedPostgres;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -30,7 +31,23 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    let mut telemetry = telemetry::init(telemetry::TelemetryConfig {
+        default_filter: "warn,arc_rec=info".to_owned(),
+        ..telemetry::TelemetryConfig::from_env("arc-rec")?
+    })?;
+    let result = run_command(&cli, telemetry.metrics()).await;
+    // Flush spans and metrics before exit; a failing exporter must not hide the command's result.
+    if let Err(err) = telemetry.shutdown() {
+        eprintln!("warning: telemetry shutdown: {err}");
+    }
+    result
+}
+
+async fn run_command(cli: &Cli, metrics: &telemetry::Metrics) -> anyhow::Result<()> {
     // Commands that need no database return before one is started.
+    if let Command::Db(db) = &cli.command {
+        return manage_embedded(db, &cli.database.data_dir);
+    }
     if let Command::Simulate(args) = &cli.command
         && args.out.is_some()
     {
@@ -38,7 +55,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let database = commands::open_database(&cli.database).await?;
     let result = tokio::select! {
-        result = dispatch(&cli, &database) => result,
+        result = dispatch(cli, &database, metrics) => result,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
     };
     // Stop the embedded cluster whether the command succeeded or not.
@@ -48,15 +65,47 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn dispatch(cli: &Cli, database: &arc_rec::storage::Database) -> anyhow::Result<()> {
+fn manage_embedded(command: &DbCommand, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    match command {
+        DbCommand::Status => {
+            let running = EmbeddedPostgres::is_cluster_running(data_dir)?;
+            println!(
+                "embedded cluster under {}: {}",
+                data_dir.display(),
+                if running { "running" } else { "stopped" }
+            );
+        }
+        DbCommand::Stop => {
+            let stopped = EmbeddedPostgres::stop_cluster(data_dir)?;
+            println!(
+                "embedded cluster under {}: {}",
+                data_dir.display(),
+                if stopped {
+                    "stopped"
+                } else {
+                    "was not running"
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn dispatch(
+    cli: &Cli,
+    database: &arc_rec::storage::Database,
+    metrics: &telemetry::Metrics,
+) -> anyhow::Result<()> {
     match &cli.command {
         Command::Migrate => {
             println!("schema is up to date");
             Ok(())
         }
         Command::Simulate(args) => commands::simulate::run(args, database).await,
-        Command::Ingest(args) => commands::ingest::run(args, database).await,
-        Command::Export(args) => commands::export::run(args, database).await,
+        Command::Ingest(args) => commands::ingest::run(args, database, metrics).await,
+        Command::Export(args) => commands::export::run(args, database, metrics).await,
+        // Handled in `run_command` before any database is opened.
+        Command::Db(_) => anyhow::bail!("`arc-rec db` commands do not open the database"),
         Command::Bench(bench) => commands::bench::run(bench, database).await,
     }
 }

@@ -1,1 +1,8 @@
-//! Thompson-sampling contextual bandit (filled in by the serving issue).
+//! The contextual bandit that ranks recommendations: Thompson sampling over a shared Bayesian
+//! model of (context, candidate) features, Monte-Carlo propensities and off-policy estimators.
+//!
+//! Pure by design: no IO, no async, no SQL. Callers hand in features and a random number
+//! generator and get numbers back, so everything here is testable against simple oracles.
+//! So far it holds the interval arithmetic the acceptance analytics report with.
+
+pub mod interval;

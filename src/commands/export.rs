@@ -79,7 +79,11 @@ impl ExportArgs {
 }
 
 /// Runs the command.
-pub async fn run(args: &ExportArgs, database: &Database) -> anyhow::Result<()> {
+pub async fn run(
+    args: &ExportArgs,
+    database: &Database,
+    metrics: &telemetry::Metrics,
+) -> anyhow::Result<()> {
     if let (Some(since), Some(until)) = (args.since, args.until) {
         anyhow::ensure!(
             since < until,
@@ -96,6 +100,7 @@ pub async fn run(args: &ExportArgs, database: &Database) -> anyhow::Result<()> {
         export_to_file(database, &options, &args.out, &bar).await
     }
     .with_context(|| format!("cannot export to {}", args.out.display()))?;
+    metrics.record_export_rows(summary.examples_written);
     print_summary(args, &summary)
 }
 

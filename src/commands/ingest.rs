@@ -24,7 +24,11 @@ pub struct IngestArgs {
 }
 
 /// Runs the command; an error exit means nothing was written.
-pub async fn run(args: &IngestArgs, database: &Database) -> anyhow::Result<()> {
+pub async fn run(
+    args: &IngestArgs,
+    database: &Database,
+    metrics: &telemetry::Metrics,
+) -> anyhow::Result<()> {
     // Ingest reads its input twice; stdin is spooled to a temporary file first.
     let spooled;
     let path = if args.file.as_os_str() == "-" {
@@ -47,6 +51,9 @@ pub async fn run(args: &IngestArgs, database: &Database) -> anyhow::Result<()> {
     bar.finish_and_clear();
     match result {
         Ok(report) => {
+            for (kind, counts) in &report.stats.by_kind {
+                metrics.record_ingested(kind.as_str(), counts.inserted + counts.updated);
+            }
             print_report(&report, args.json)?;
             Ok(())
         }

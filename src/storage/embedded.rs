@@ -107,15 +107,7 @@ impl EmbeddedPostgres {
         let root = root
             .canonicalize()
             .map_err(io_err("cannot resolve", root))?;
-        let (owner, home) = if nix::unistd::geteuid().is_root() {
-            let user = nix::unistd::User::from_name("postgres")
-                .ok()
-                .flatten()
-                .ok_or(EmbeddedError::NoPostgresUser)?;
-            (Some(user), cluster_home_for_postgres_user(&root)?)
-        } else {
-            (None, root.clone())
-        };
+        let (owner, home) = Self::owner_and_home(&root)?;
         let data_dir = home.join("pgdata");
         let socket_dir = home.join("run");
         let socket_file = socket_dir.join(format!(".s.PGSQL.{PORT}"));
@@ -144,6 +136,65 @@ impl EmbeddedPostgres {
         }
         drop(start_lock);
         Ok(cluster)
+    }
+
+    /// Stops the cluster under `root` if it is running, whoever started it. Returns whether it
+    /// was running.
+    pub fn stop_cluster(root: &Path) -> Result<bool, EmbeddedError> {
+        let Some(cluster) = Self::locate(root)? else {
+            return Ok(false);
+        };
+        let _start_lock = lock(&cluster.root.join("start.lock"), FlockArg::LockExclusive)?;
+        if !cluster.is_running() {
+            return Ok(false);
+        }
+        cluster.run(cluster.pg_ctl(["stop", "-m", "fast", "-w"]))?;
+        Ok(true)
+    }
+
+    /// Whether a server is running for the cluster under `root`.
+    pub fn is_cluster_running(root: &Path) -> Result<bool, EmbeddedError> {
+        Ok(Self::locate(root)?.is_some_and(|cluster| cluster.is_running()))
+    }
+
+    /// The cluster under `root` without starting or joining it; `None` when there is none.
+    fn locate(root: &Path) -> Result<Option<Self>, EmbeddedError> {
+        let Ok(root) = root.canonicalize() else {
+            return Ok(None);
+        };
+        let bin_dir = find_bin_dir().ok_or(EmbeddedError::BinariesNotFound)?;
+        let (owner, home) = Self::owner_and_home(&root)?;
+        let cluster = Self {
+            data_dir: home.join("pgdata"),
+            socket_dir: home.join("run"),
+            root,
+            home,
+            bin_dir,
+            owner,
+            options: EmbeddedOptions {
+                keep_running: true,
+                ..EmbeddedOptions::default()
+            },
+            users_lock: None,
+        };
+        Ok(cluster
+            .data_dir
+            .join("PG_VERSION")
+            .exists()
+            .then_some(cluster))
+    }
+
+    /// Who runs the cluster (the `postgres` user when we are root) and where its files live.
+    fn owner_and_home(root: &Path) -> Result<(Option<nix::unistd::User>, PathBuf), EmbeddedError> {
+        if nix::unistd::geteuid().is_root() {
+            let user = nix::unistd::User::from_name("postgres")
+                .ok()
+                .flatten()
+                .ok_or(EmbeddedError::NoPostgresUser)?;
+            Ok((Some(user), cluster_home_for_postgres_user(root)?))
+        } else {
+            Ok((None, root.to_path_buf()))
+        }
     }
 
     /// Connection options for `database` over the private socket.

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The test command (README quick start, and what .ci/run calls): installs what it needs, then
+# checks formatting and lints, runs every test of the workspace against a throwaway Postgres
+# cluster, and checks that the service still builds without libtorch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+# shellcheck source=scripts/env.sh
+source scripts/env.sh
+
+# One embedded cluster for the whole run (each test gets its own database in it); stopped and
+# removed at the end so every run starts clean.
+export ARC_REC_TEST_PG_DIR="${ARC_REC_TEST_PG_DIR:-$PWD/target/test-pg}"
+cleanup() {
+    if [ -x target/debug/arc-rec ]; then
+        target/debug/arc-rec --data-dir "$ARC_REC_TEST_PG_DIR" db stop >/dev/null 2>&1 || true
+    fi
+    rm -rf "$ARC_REC_TEST_PG_DIR"
+}
+trap cleanup EXIT
+cleanup
+
+echo "== cargo fmt --check"
+cargo fmt --all --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --workspace --locked
+echo "== cargo build --no-default-features (service without libtorch)"
+cargo build --no-default-features --locked --bin arc-rec
