@@ -10,3 +10,5 @@ mod cli;
 mod export;
 /// Ingest: the contract examples, idempotency, bad input naming line and field.
 mod ingest;
+/// The schema: constraints, organization isolation, analyst views.
+mod schema;
