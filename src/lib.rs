@@ -5,3 +5,4 @@
 //! See `docs/ARCHITECTURE.md` for the map.
 
 pub mod domain;
+pub mod world;
