@@ -18,6 +18,8 @@ mod sampling;
 mod trajectory;
 mod truth;
 
+#[cfg(test)]
+mod tests;
 
 use chrono::{DateTime, Datelike, TimeZone, Utc};
 use serde_json::Value;
