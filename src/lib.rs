@@ -11,3 +11,4 @@ pub mod export;
 pub mod ingest;
 pub mod progress;
 pub mod storage;
+pub mod world;

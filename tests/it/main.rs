@@ -12,3 +12,5 @@ mod export;
 mod ingest;
 /// The schema: constraints, organization isolation, analyst views.
 mod schema;
+/// The synthetic world through the binary.
+mod simulate;
