@@ -90,18 +90,6 @@ fn print_report(report: &IngestReport, json: bool) -> anyhow::Result<()> {
         "read {} lines: {} loaded, {} skipped",
         report.lines, report.loaded, report.skipped
     );
-    println!(
-        "{:<16} {:>10} {:>10} {:>10}",
-        "kind", "inserted", "updated", "unchanged"
-    );
-    for (kind, counts) in &report.stats.by_kind {
-        println!(
-            "{:<16} {:>10} {:>10} {:>10}",
-            kind.as_str(),
-            counts.inserted,
-            counts.updated,
-            counts.unchanged
-        );
-    }
+    super::print_write_stats(&report.stats);
     Ok(())
 }

@@ -9,6 +9,7 @@ pub mod simulate;
 use anyhow::Context;
 
 use crate::cli::DatabaseArgs;
+use crate::storage::record_writer::WriteStats;
 use crate::storage::{Database, DatabaseTarget, EmbeddedOptions};
 
 /// Opens the database the arguments name and brings its schema up to date.
@@ -28,4 +29,19 @@ pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {
         .await
         .context("cannot migrate the database")?;
     Ok(database)
+}
+
+/// Prints what a load did, one row per record kind.
+pub fn print_write_stats(stats: &WriteStats) {
+    println!(
+        "{:<16} {:>10} {:>10} {:>10}",
+        "kind", "inserted", "updated", "unchanged"
+    );
+    for (kind, counts) in &stats.by_kind {
+        let name = kind.as_str();
+        println!(
+            "{name:<16} {:>10} {:>10} {:>10}",
+            counts.inserted, counts.updated, counts.unchanged
+        );
+    }
 }

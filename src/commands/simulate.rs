@@ -68,19 +68,7 @@ pub async fn run(args: &SimulateArgs, database: &Database) -> anyhow::Result<()>
         stats.by_kind.values().map(|c| c.inserted).sum::<u64>(),
         stats.by_kind.values().map(|c| c.updated).sum::<u64>(),
     );
-    println!(
-        "{:<16} {:>10} {:>10} {:>10}",
-        "kind", "inserted", "updated", "unchanged"
-    );
-    for (kind, counts) in &stats.by_kind {
-        println!(
-            "{:<16} {:>10} {:>10} {:>10}",
-            kind.as_str(),
-            counts.inserted,
-            counts.updated,
-            counts.unchanged
-        );
-    }
+    super::print_write_stats(&stats);
     Ok(())
 }
 

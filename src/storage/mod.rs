@@ -30,6 +30,9 @@ pub enum StorageError {
     /// The database could not be reached.
     #[error("cannot connect to the database")]
     Connect(#[source] sqlx::Error),
+    /// A blocking task (starting or stopping the embedded cluster) died.
+    #[error("background task failed")]
+    Task(#[from] tokio::task::JoinError),
     /// Applying migrations failed.
     #[error("cannot apply migrations")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -91,8 +94,7 @@ impl Database {
                 let options = *options;
                 let cluster =
                     tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&root, options))
-                        .await
-                        .expect("embedded postgres start does not panic")?;
+                        .await??;
                 create_database_if_missing(&cluster.connect_options("postgres"), EMBEDDED_DATABASE)
                     .await?;
                 let connect = cluster.connect_options(EMBEDDED_DATABASE);
@@ -101,6 +103,25 @@ impl Database {
                 (connect, url, psql, Some(cluster))
             }
         };
+        Self::connect(connect, libpq_url, psql, embedded).await
+    }
+
+    /// Opens a database on an already running server given its options (tests use this for their
+    /// per-test databases).
+    pub async fn open_with(
+        connect: PgConnectOptions,
+        libpq_url: String,
+        psql: PathBuf,
+    ) -> Result<Self, StorageError> {
+        Self::connect(connect, libpq_url, psql, None).await
+    }
+
+    async fn connect(
+        connect: PgConnectOptions,
+        libpq_url: String,
+        psql: PathBuf,
+        embedded: Option<EmbeddedPostgres>,
+    ) -> Result<Self, StorageError> {
         let connect = connect.log_statements(tracing::log::LevelFilter::Trace);
         let pool = PgPoolOptions::new()
             .max_connections(16)
@@ -113,27 +134,6 @@ impl Database {
             libpq_url,
             psql,
             embedded,
-        })
-    }
-
-    /// Opens a database on an already running server given its options (tests use this for their
-    /// per-test databases).
-    pub async fn open_with(
-        connect: PgConnectOptions,
-        libpq_url: String,
-        psql: PathBuf,
-    ) -> Result<Self, StorageError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(8)
-            .connect_with(connect.clone())
-            .await
-            .map_err(StorageError::Connect)?;
-        Ok(Self {
-            pool,
-            connect,
-            libpq_url,
-            psql,
-            embedded: None,
         })
     }
 
@@ -167,9 +167,7 @@ impl Database {
     pub async fn close(self) -> Result<(), StorageError> {
         self.pool.close().await;
         if let Some(cluster) = self.embedded {
-            tokio::task::spawn_blocking(move || cluster.release())
-                .await
-                .expect("embedded postgres release does not panic")?;
+            tokio::task::spawn_blocking(move || cluster.release()).await??;
         }
         Ok(())
     }

@@ -2,13 +2,7 @@
 
 use assert_cmd::Command;
 
-use crate::helpers::{contract_lines, fresh_database, jsonl_file};
-
-fn arc_rec(url: &str) -> Command {
-    let mut cmd = Command::cargo_bin("arc-rec").expect("binary built");
-    cmd.env("DATABASE_URL", url).env_remove("ARC_REC_DATA_DIR");
-    cmd
-}
+use crate::helpers::{arc_rec, contract_lines, fresh_database, jsonl_file};
 
 #[tokio::test]
 async fn ingest_rejects_a_bad_file_naming_line_and_field() {

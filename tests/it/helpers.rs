@@ -162,3 +162,10 @@ pub fn contract_lines() -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// The `arc-rec` binary pointed at `url` (and never at an embedded cluster).
+pub fn arc_rec(url: &str) -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::cargo_bin("arc-rec").expect("binary built");
+    cmd.env("DATABASE_URL", url).env_remove("ARC_REC_DATA_DIR");
+    cmd
+}

@@ -3,13 +3,7 @@
 
 use assert_cmd::Command;
 
-use crate::helpers::fresh_database;
-
-fn arc_rec(url: &str) -> Command {
-    let mut cmd = Command::cargo_bin("arc-rec").expect("binary built");
-    cmd.env("DATABASE_URL", url);
-    cmd
-}
+use crate::helpers::{arc_rec, fresh_database};
 
 fn run(cmd: &mut Command) -> String {
     let output = cmd.output().expect("run arc-rec");
