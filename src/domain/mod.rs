@@ -5,11 +5,13 @@
 //! trust what it is handed.
 
 pub mod agent_config;
+pub mod candidate;
 pub mod recommendation;
 pub mod records;
 pub mod validation;
 
 pub use agent_config::{apply_merge_patch, config_hash};
+pub use candidate::{Candidate, CandidateSource};
 pub use recommendation::RecommendationType;
 pub use records::{IngestRecord, OrgId, RecordKind};
 pub use validation::{FieldError, FieldErrors};
