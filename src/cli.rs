@@ -42,6 +42,11 @@ pub enum Command {
     Ingest(crate::commands::ingest::IngestArgs),
     /// Write Configuration→Outcome training examples as JSON lines.
     Export(crate::commands::export::ExportArgs),
+    /// Serve the HTTP API (recommendations, feedback, trajectories, analytics).
+    Serve(crate::commands::serve::ServeArgs),
+    /// Create, list and revoke API keys.
+    #[command(subcommand)]
+    Keys(crate::commands::keys::KeysCommand),
     /// Manage the embedded Postgres cluster under --data-dir.
     #[command(subcommand)]
     Db(DbCommand),

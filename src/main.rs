@@ -45,18 +45,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 async fn run_command(cli: &Cli, metrics: &telemetry::Metrics) -> anyhow::Result<()> {
     // Commands that need no database return before one is started.
-    if let Command::Db(db) = &cli.command {
-        return manage_embedded(db, &cli.database.data_dir);
-    }
-    if let Command::Simulate(args) = &cli.command
-        && args.out.is_some()
-    {
-        return commands::simulate::write_file(args);
+    match &cli.command {
+        Command::Db(db) => return manage_embedded(db, &cli.database.data_dir),
+        Command::Simulate(args) if args.out.is_some() => {
+            return commands::simulate::write_file(args);
+        }
+        _ => {}
     }
     let database = commands::open_database(&cli.database).await?;
-    let result = tokio::select! {
-        result = dispatch(cli, &database, metrics) => result,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    let result = match &cli.command {
+        // The server handles SIGINT/SIGTERM itself and drains requests first.
+        Command::Serve(args) => commands::serve::run(args, &database, metrics).await,
+        command => tokio::select! {
+            result = dispatch(command, &database, metrics) => result,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        },
     };
     // Stop the embedded cluster whether the command succeeded or not.
     let closed = database.close().await;
@@ -92,11 +95,11 @@ fn manage_embedded(command: &DbCommand, data_dir: &std::path::Path) -> anyhow::R
 }
 
 async fn dispatch(
-    cli: &Cli,
+    command: &Command,
     database: &arc_rec::storage::Database,
     metrics: &telemetry::Metrics,
 ) -> anyhow::Result<()> {
-    match &cli.command {
+    match command {
         Command::Migrate => {
             println!("schema is up to date");
             Ok(())
@@ -104,8 +107,9 @@ async fn dispatch(
         Command::Simulate(args) => commands::simulate::run(args, database).await,
         Command::Ingest(args) => commands::ingest::run(args, database, metrics).await,
         Command::Export(args) => commands::export::run(args, database, metrics).await,
-        // Handled in `run_command` before any database is opened.
-        Command::Db(_) => anyhow::bail!("`arc-rec db` commands do not open the database"),
+        Command::Keys(keys) => commands::keys::run(keys, database).await,
         Command::Bench(bench) => commands::bench::run(bench, database).await,
+        // Both are run by `run_command` itself (no database, or their own signal handling).
+        Command::Serve(_) | Command::Db(_) => anyhow::bail!("not dispatched here"),
     }
 }

@@ -4,6 +4,8 @@
 pub mod bench;
 pub mod export;
 pub mod ingest;
+pub mod keys;
+pub mod serve;
 pub mod simulate;
 
 use anyhow::Context;

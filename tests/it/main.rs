@@ -4,6 +4,8 @@
 /// The shared cluster and per-test databases.
 mod helpers;
 
+/// The HTTP API.
+mod api;
 /// `arc-rec` the binary: exit codes and messages people see.
 mod cli;
 /// Export: reward rules on hand-made rows, filters, formats, atomic output.

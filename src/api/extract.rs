@@ -1,0 +1,48 @@
+//! The authenticated-caller extractor: `Authorization: Bearer arc_<id>_<secret>`.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use actix_web::dev::Payload;
+use actix_web::{FromRequest, HttpRequest, web};
+
+use super::error::ApiError;
+use super::state::AppState;
+use crate::auth::{Permission, Principal};
+
+/// The caller, authenticated. Handlers then check a permission with [`Caller::require`].
+#[derive(Debug, Clone)]
+pub struct Caller(pub Principal);
+
+impl Caller {
+    /// Fails with 403 unless the caller's role allows `permission`.
+    pub fn require(&self, permission: Permission) -> Result<&Principal, ApiError> {
+        if self.0.role.allows(permission) {
+            Ok(&self.0)
+        } else {
+            Err(ApiError::forbidden(self.0.role, permission))
+        }
+    }
+}
+
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let token = request
+            .headers()
+            .get(actix_web::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|t| t.trim().to_owned());
+        let state = request.app_data::<web::Data<AppState>>().cloned();
+        Box::pin(async move {
+            let token = token.ok_or(ApiError::Unauthorized)?;
+            let state = state
+                .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("application state missing")))?;
+            let principal = state.keys.authenticate(&state.pool, &token).await?;
+            Ok(Caller(principal))
+        })
+    }
+}

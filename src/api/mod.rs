@@ -1,0 +1,146 @@
+//! The HTTP API (actix-web), versioned under `/v1`. Thin handlers over HTTP-free library code;
+//! one error type ([`error::ApiError`]); the OpenAPI document is collected from the registered
+//! handlers by utoipa-actix-web, so it cannot drift from the routes.
+
+pub mod body;
+pub mod error;
+pub mod extract;
+pub mod routes;
+pub mod state;
+
+use std::net::TcpListener;
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{Server, ServerHandle, ServiceRequest, ServiceResponse};
+use actix_web::middleware::{Next, from_fn};
+use actix_web::{App, HttpServer, web};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa_actix_web::AppExt;
+
+use self::state::AppState;
+
+/// Largest request body accepted by default (a batch of trajectories).
+pub const DEFAULT_BODY_LIMIT: usize = 8 << 20;
+
+/// How to run the server.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// Address to bind, e.g. `127.0.0.1:8080`; port 0 picks a free port (tests).
+    pub listen: String,
+    /// Worker threads (actix); default: one per core.
+    pub workers: usize,
+}
+
+/// A bound, not yet running server.
+pub struct Application {
+    port: u16,
+    server: Server,
+}
+
+impl std::fmt::Debug for Application {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Application")
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Application {
+    /// Binds the listener and builds the server; nothing is served until
+    /// [`Application::run_until_stopped`].
+    pub fn build(settings: &ServerSettings, state: AppState) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(&settings.listen)?;
+        let port = listener.local_addr()?.port();
+        let state = web::Data::new(state);
+        let document = web::Data::new(openapi_document());
+        let server = HttpServer::new(move || {
+            let (app, _) = App::new()
+                .app_data(state.clone())
+                .app_data(document.clone())
+                .wrap(from_fn(record_request))
+                .into_utoipa_app()
+                .configure(routes_config)
+                .split_for_parts();
+            app
+        })
+        .workers(settings.workers.max(1))
+        // We stop on our own signal handling (see `arc-rec serve`), draining requests.
+        .disable_signals()
+        .listen(listener)?
+        .run();
+        Ok(Self { port, server })
+    }
+
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A handle to stop the server gracefully.
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    /// Serves until stopped through the handle.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}
+
+fn routes_config(config: &mut utoipa_actix_web::service_config::ServiceConfig<'_>) {
+    config
+        .service(routes::health::healthz)
+        .service(routes::health::readyz)
+        .service(routes::health::metrics)
+        .service(routes::health::openapi)
+        .service(routes::trajectories::post_trajectories)
+        .service(routes::analytics::acceptance);
+}
+
+/// The OpenAPI document of every handler registered in [`routes_config`].
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    let (_, mut document) = App::new()
+        .into_utoipa_app()
+        .configure(routes_config)
+        .split_for_parts();
+    document.info.title = "arc-rec".to_owned();
+    document.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    document.info.description =
+        Some("Configuration recommendations for an LLM-agent evaluation platform".to_owned());
+    let components = document.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "api_key",
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .bearer_format("arc_<id>_<secret>")
+                .build(),
+        ),
+    );
+    document
+}
+
+/// Counts and times every request by route pattern (not raw path, to bound cardinality).
+async fn record_request(
+    request: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let started = Instant::now();
+    let method = request.method().to_string();
+    let state = request.app_data::<web::Data<AppState>>().cloned();
+    let response = next.call(request).await?;
+    if let Some(state) = state {
+        let route = response
+            .request()
+            .match_pattern()
+            .unwrap_or_else(|| "unmatched".to_owned());
+        state.metrics.record_http_request(
+            &method,
+            &route,
+            response.status().as_u16(),
+            started.elapsed(),
+        );
+    }
+    Ok(response)
+}

@@ -1,0 +1,75 @@
+//! Analyst queries over the decision log and feedback.
+
+use chrono::NaiveDate;
+use sqlx::PgPool;
+
+use super::{QueryContext, StorageError};
+
+/// A dimension acceptance can be grouped by.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    Cluster,
+    Type,
+    Provider,
+    PolicyVersion,
+    Day,
+}
+
+impl GroupBy {
+    /// The column of `analyst_shown_recommendations` holding the key.
+    fn column(self) -> &'static str {
+        match self {
+            GroupBy::Cluster => "cluster_id",
+            GroupBy::Type => "recommendation_type",
+            GroupBy::Provider => "model_provider",
+            GroupBy::PolicyVersion => "policy_version",
+            GroupBy::Day => "day::text",
+        }
+    }
+}
+
+/// Shown and accepted counts for one key.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct AcceptanceCount {
+    pub key: String,
+    pub shown: i64,
+    pub accepted: i64,
+}
+
+/// Acceptance counts of `org`'s shown recommendations by `group_by`, for days in
+/// `[since, until)`, most shown first.
+pub async fn acceptance(
+    pool: &PgPool,
+    org: &str,
+    group_by: GroupBy,
+    since: Option<NaiveDate>,
+    until: Option<NaiveDate>,
+) -> Result<Vec<AcceptanceCount>, StorageError> {
+    // The column comes from a closed enum, never from the client's text.
+    let sql = format!(
+        "SELECT {col} AS key, count(*) AS shown, count(*) FILTER (WHERE accepted) AS accepted
+         FROM analyst_shown_recommendations
+         WHERE org_id = $1 AND ($2::date IS NULL OR day >= $2) AND ($3::date IS NULL OR day < $3)
+         GROUP BY 1 ORDER BY shown DESC, key",
+        col = group_by.column()
+    );
+    sqlx::query_as(&sql)
+        .bind(org)
+        .bind(since)
+        .bind(until)
+        .fetch_all(pool)
+        .await
+        .context("acceptance analytics")
+}
+
+/// `SELECT 1`: is the database answering?
+pub async fn ping(pool: &PgPool) -> Result<(), StorageError> {
+    sqlx::query("SELECT 1")
+        .execute(pool)
+        .await
+        .context("ping")?;
+    Ok(())
+}

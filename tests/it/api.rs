@@ -1,0 +1,212 @@
+//! The HTTP API: authentication and roles, error bodies that name the field, size limits,
+//! trajectories ingest, analytics, OpenAPI.
+
+use serde_json::{Value, json};
+
+use crate::helpers::{contract_lines, spawn_app, spawn_app_with_limit};
+
+fn contract_records() -> Value {
+    Value::Array(
+        contract_lines()
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+    )
+}
+
+async fn error_of(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.expect("error bodies are JSON");
+    (status, body["error"].clone())
+}
+
+#[tokio::test]
+async fn health_and_readiness_need_no_key() {
+    let app = spawn_app().await;
+    assert_eq!(app.get("/healthz", None).await.status(), 200);
+    assert_eq!(app.get("/readyz", None).await.status(), 200);
+    let metrics = app.get("/metrics", None).await.text().await.unwrap();
+    assert!(metrics.contains("http_server_request"), "{metrics}");
+}
+
+#[tokio::test]
+async fn keys_and_roles() {
+    let app = spawn_app().await;
+    let body = contract_records();
+    let (status, error) = error_of(app.post("/v1/trajectories", None, &body).await).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (401, Some("unauthorized"))
+    );
+    let forged = format!("arc_{}_{}", "0".repeat(16), "0".repeat(64));
+    assert_eq!(
+        app.post("/v1/trajectories", Some(&forged), &body)
+            .await
+            .status(),
+        401
+    );
+    let (status, error) = error_of(
+        app.post("/v1/trajectories", Some(&app.analyst_key), &body)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert!(
+        error["message"].as_str().unwrap().contains("analyst"),
+        "{error}"
+    );
+    assert_eq!(
+        app.get(
+            "/v1/analytics/acceptance?group_by=type",
+            Some(&app.platform_key)
+        )
+        .await
+        .status(),
+        403
+    );
+    assert_eq!(
+        app.get(
+            "/v1/analytics/acceptance?group_by=type",
+            Some(&app.admin_key)
+        )
+        .await
+        .status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn trajectories_store_durably_and_idempotently() {
+    let app = spawn_app().await;
+    let body = contract_records();
+    let response = app
+        .post("/v1/trajectories", Some(&app.platform_key), &body)
+        .await;
+    assert_eq!(response.status(), 201);
+    let report: Value = response.json().await.unwrap();
+    assert_eq!(
+        report,
+        json!({"records": 7, "inserted": 7, "updated": 0, "unchanged": 0})
+    );
+    // A 201 means the rows are committed: visible to another connection right away.
+    let outcomes: i64 = sqlx::query_scalar("SELECT count(*) FROM outcomes")
+        .fetch_one(app.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(outcomes, 1);
+    let again: Value = app
+        .post("/v1/trajectories", Some(&app.platform_key), &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["unchanged"], 7);
+    // One record on its own is accepted too.
+    let one = body[2].clone();
+    assert_eq!(
+        app.post("/v1/trajectories", Some(&app.platform_key), &one)
+            .await
+            .status(),
+        201
+    );
+}
+
+#[tokio::test]
+async fn bad_bodies_name_the_field() {
+    let app = spawn_app().await;
+    let key = Some(app.platform_key.as_str());
+    let mut body = contract_records();
+    body[1]["data"]["parsed_config"]["temperature"] = json!(7);
+    let (status, error) = error_of(app.post("/v1/trajectories", key, &body).await).await;
+    assert_eq!(status, 422);
+    assert_eq!(
+        error["fields"][0]["field"], "[1].data.parsed_config.temperature",
+        "{error}"
+    );
+
+    let mut body = contract_records();
+    body[2]["data"]["difficulty"] = json!("hard");
+    let (status, error) = error_of(app.post("/v1/trajectories", key, &body).await).await;
+    assert_eq!(status, 422);
+    assert_eq!(
+        error["fields"][0]["field"], "[2].data.difficulty",
+        "{error}"
+    );
+
+    let mut body = contract_records();
+    body[0]["org"] = json!("globex");
+    let (status, error) = error_of(app.post("/v1/trajectories", key, &body).await).await;
+    assert_eq!(status, 422);
+    assert_eq!(error["fields"][0]["field"], "[0].org");
+
+    let malformed = app
+        .client
+        .post(format!("{}/v1/trajectories", app.address))
+        .bearer_auth(&app.platform_key)
+        .header("content-type", "application/json")
+        .body("{\"kind\": ")
+        .send()
+        .await
+        .unwrap();
+    let (status, error) = error_of(malformed).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (400, Some("malformed_json"))
+    );
+
+    let (status, error) = error_of(
+        app.get(
+            "/v1/analytics/acceptance?group_by=colour",
+            Some(&app.analyst_key),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 422);
+    assert_eq!(error["fields"][0]["field"], "group_by");
+    // Nothing of the rejected bodies was written.
+    let configs: i64 = sqlx::query_scalar("SELECT count(*) FROM configurations")
+        .fetch_one(app.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(configs, 0);
+}
+
+#[tokio::test]
+async fn oversized_body_is_413() {
+    let app = spawn_app_with_limit(1024).await;
+    let body = contract_records();
+    let (status, error) = error_of(
+        app.post("/v1/trajectories", Some(&app.platform_key), &body)
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (413, Some("payload_too_large"))
+    );
+}
+
+#[tokio::test]
+async fn openapi_lists_every_route() {
+    let app = spawn_app().await;
+    let document: Value = app.get("/openapi.json", None).await.json().await.unwrap();
+    let paths: Vec<&str> = document["paths"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for path in [
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/openapi.json",
+        "/v1/trajectories",
+        "/v1/analytics/acceptance",
+    ] {
+        assert!(paths.contains(&path), "{path} missing from {paths:?}");
+    }
+    assert!(document["components"]["schemas"]["AcceptanceResponse"].is_object());
+    assert!(document["components"]["securitySchemes"]["api_key"].is_object());
+}
