@@ -12,5 +12,6 @@ pub mod domain;
 pub mod export;
 pub mod ingest;
 pub mod progress;
+pub mod recommend;
 pub mod storage;
 pub mod world;

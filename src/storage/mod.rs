@@ -3,6 +3,7 @@
 
 pub mod analytics;
 pub mod api_keys;
+pub mod decisions;
 pub mod embedded;
 pub mod export_rows;
 pub mod record_writer;

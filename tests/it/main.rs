@@ -8,6 +8,8 @@ mod helpers;
 mod api;
 /// `arc-rec` the binary: exit codes and messages people see.
 mod cli;
+/// The decision log and feedback storage.
+mod decisions;
 /// Export: reward rules on hand-made rows, filters, formats, atomic output.
 mod export;
 /// Ingest: the contract examples, idempotency, bad input naming line and field.

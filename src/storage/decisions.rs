@@ -1,0 +1,216 @@
+//! The decision log (one row per recommendation request, one item per shown recommendation)
+//! and feedback. Writes are batched by the caller (see `recommend::decision_writer`) so that
+//! many requests share one durable commit.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::{QueryContext, StorageError};
+
+/// One recommendation request as logged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionRecord {
+    pub org_id: String,
+    pub event_id: Uuid,
+    pub created_at: DateTime<Utc>,
+    pub policy_version: String,
+    pub seed: i64,
+    pub cluster_id: Option<String>,
+    /// The request's context as received (for audits and replays).
+    pub context: Value,
+    /// Every candidate considered, with its features (for off-policy evaluation).
+    pub candidates: Value,
+    pub context_features: Vec<f32>,
+    pub user_role: Option<String>,
+    pub domain: Option<String>,
+    pub items: Vec<DecisionItemRecord>,
+}
+
+/// One shown recommendation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionItemRecord {
+    pub recommendation_id: String,
+    pub position: i32,
+    pub recommendation_type: String,
+    pub model_provider: Option<String>,
+    pub diff: Value,
+    pub score: f64,
+    pub propensity: f64,
+    pub candidate_features: Vec<f32>,
+}
+
+/// Inserts decisions (and their items) in one transaction: all are durable when this returns.
+pub async fn insert_decisions(
+    pool: &PgPool,
+    decisions: &[DecisionRecord],
+) -> Result<(), StorageError> {
+    if decisions.is_empty() {
+        return Ok(());
+    }
+    let mut logs = Vec::with_capacity(decisions.len());
+    let mut items = Vec::new();
+    for d in decisions {
+        logs.push(json!({
+            "org_id": d.org_id, "event_id": d.event_id, "created_at": d.created_at,
+            "policy_version": d.policy_version, "seed": d.seed, "cluster_id": d.cluster_id,
+            "context": d.context, "candidates": d.candidates, "context_features": d.context_features,
+            "user_role": d.user_role, "domain": d.domain,
+        }));
+        for i in &d.items {
+            items.push(json!({
+                "org_id": d.org_id, "event_id": d.event_id, "recommendation_id": i.recommendation_id,
+                "position": i.position, "recommendation_type": i.recommendation_type,
+                "model_provider": i.model_provider, "diff": i.diff, "score": i.score,
+                "propensity": i.propensity, "candidate_features": i.candidate_features,
+            }));
+        }
+    }
+    let mut tx = pool.begin().await.context("begin decision batch")?;
+    sqlx::query(
+        "INSERT INTO decision_log (org_id, event_id, created_at, policy_version, seed, cluster_id, context,
+                                   candidates, context_features, user_role, domain)
+         SELECT org_id, event_id, created_at, policy_version, seed, cluster_id, context, candidates,
+                context_features, user_role, domain
+         FROM jsonb_to_recordset($1) AS r(org_id text, event_id uuid, created_at timestamptz,
+              policy_version text, seed bigint, cluster_id text, context jsonb, candidates jsonb,
+              context_features real[], user_role text, domain text)",
+    )
+    .bind(Value::Array(logs))
+    .execute(&mut *tx)
+    .await
+    .context("insert decision log")?;
+    sqlx::query(
+        "INSERT INTO decision_items (org_id, event_id, recommendation_id, position, recommendation_type,
+                                     model_provider, diff, score, propensity, candidate_features)
+         SELECT org_id, event_id, recommendation_id, position, recommendation_type, model_provider, diff,
+                score, propensity, candidate_features
+         FROM jsonb_to_recordset($1) AS r(org_id text, event_id uuid, recommendation_id text, position int,
+              recommendation_type text, model_provider text, diff jsonb, score float8, propensity float8,
+              candidate_features real[])",
+    )
+    .bind(Value::Array(items))
+    .execute(&mut *tx)
+    .await
+    .context("insert decision items")?;
+    tx.commit().await.context("commit decision batch")
+}
+
+/// What feedback says happened to a shown recommendation.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum FeedbackOutcome {
+    Accepted,
+    Rejected,
+    Applied,
+}
+
+impl FeedbackOutcome {
+    /// The database label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FeedbackOutcome::Accepted => "accepted",
+            FeedbackOutcome::Rejected => "rejected",
+            FeedbackOutcome::Applied => "applied",
+        }
+    }
+
+    /// Parses the database label.
+    pub fn parse(label: &str) -> Option<Self> {
+        [Self::Accepted, Self::Rejected, Self::Applied]
+            .into_iter()
+            .find(|o| o.as_str() == label)
+    }
+}
+
+/// Feedback to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedbackRecord {
+    pub org_id: String,
+    pub event_id: Uuid,
+    pub recommendation_id: String,
+    pub outcome: FeedbackOutcome,
+    pub reliability_delta: Option<f64>,
+    pub feedback_score: Option<i32>,
+}
+
+/// Result of storing feedback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeedbackStored {
+    /// A new row.
+    Inserted,
+    /// The same feedback was already stored; nothing changed.
+    Duplicate,
+    /// No such event or recommendation in this organization.
+    UnknownRecommendation,
+}
+
+/// Stores feedback idempotently (the same feedback twice is one row), durably.
+pub async fn insert_feedback(
+    pool: &PgPool,
+    feedback: &FeedbackRecord,
+) -> Result<FeedbackStored, StorageError> {
+    let result = sqlx::query(
+        "INSERT INTO feedback (org_id, event_id, recommendation_id, outcome, reliability_delta, feedback_score)
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (org_id, event_id, recommendation_id, outcome) DO NOTHING",
+    )
+    .bind(&feedback.org_id)
+    .bind(feedback.event_id)
+    .bind(&feedback.recommendation_id)
+    .bind(feedback.outcome.as_str())
+    .bind(feedback.reliability_delta)
+    .bind(feedback.feedback_score)
+    .execute(pool)
+    .await;
+    match result {
+        Ok(done) if done.rows_affected() == 1 => Ok(FeedbackStored::Inserted),
+        Ok(_) => Ok(FeedbackStored::Duplicate),
+        // foreign_key_violation: the event or recommendation does not exist for this org.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23503") => {
+            Ok(FeedbackStored::UnknownRecommendation)
+        }
+        Err(e) => Err(StorageError::Query {
+            context: "insert feedback",
+            source: e,
+        }),
+    }
+}
+
+/// A stored feedback row joined with what the bandit needs to learn from it.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct LearnableFeedback {
+    pub org_id: String,
+    pub event_id: Uuid,
+    pub recommendation_id: String,
+    pub outcome: String,
+    pub reliability_delta: Option<f64>,
+    pub received_at: DateTime<Utc>,
+    pub decided_at: DateTime<Utc>,
+    pub policy_version: String,
+    pub context_features: Option<Vec<f32>>,
+    pub candidate_features: Option<Vec<f32>>,
+}
+
+/// Feedback received at or after `since` (all of it when `None`), oldest first, with the
+/// logged features it applies to.
+pub async fn feedback_since(
+    pool: &PgPool,
+    since: Option<DateTime<Utc>>,
+) -> Result<Vec<LearnableFeedback>, StorageError> {
+    sqlx::query_as(
+        "SELECT f.org_id, f.event_id, f.recommendation_id, f.outcome, f.reliability_delta, f.received_at,
+                l.created_at AS decided_at, l.policy_version, l.context_features, i.candidate_features
+         FROM feedback f
+         JOIN decision_items i ON i.org_id = f.org_id AND i.event_id = f.event_id AND i.recommendation_id = f.recommendation_id
+         JOIN decision_log l ON l.org_id = f.org_id AND l.event_id = f.event_id
+         WHERE $1::timestamptz IS NULL OR f.received_at >= $1
+         ORDER BY f.received_at, f.event_id, f.recommendation_id, f.outcome",
+    )
+    .bind(since)
+    .fetch_all(pool)
+    .await
+    .context("read feedback")
+}

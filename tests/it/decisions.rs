@@ -1,0 +1,138 @@
+//! The decision log and feedback storage: group-committed decisions are durable, feedback is
+//! idempotent and must name a shown recommendation of the same organization.
+
+use arc_rec::recommend::decision_writer::DecisionWriter;
+use arc_rec::storage::decisions::{
+    DecisionItemRecord, DecisionRecord, FeedbackOutcome, FeedbackRecord, FeedbackStored,
+    feedback_since, insert_feedback,
+};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::helpers::fresh_database;
+
+fn decision(org: &str, event_id: Uuid) -> DecisionRecord {
+    DecisionRecord {
+        org_id: org.to_owned(),
+        event_id,
+        created_at: chrono::Utc::now(),
+        policy_version: "ts-test".into(),
+        seed: 42,
+        cluster_id: Some("tool_timeout-web_search".into()),
+        context: json!({"failures": []}),
+        candidates: json!([]),
+        context_features: vec![1.0, 0.5],
+        user_role: Some("senior_ml_engineer".into()),
+        domain: Some("fintech".into()),
+        items: (0..3)
+            .map(|p| DecisionItemRecord {
+                recommendation_id: format!("r-{p}"),
+                position: p,
+                recommendation_type: "retry_policy".into(),
+                model_provider: Some("openai".into()),
+                diff: json!({"retry": {"max_attempts": 3 + p}}),
+                score: 0.5,
+                propensity: 0.4,
+                candidate_features: vec![p as f32, 1.0],
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test]
+async fn concurrent_decisions_are_all_durable() {
+    let db = fresh_database().await;
+    sqlx::query("INSERT INTO organizations (org_id) VALUES ('acme')")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let writer = DecisionWriter::spawn(db.pool().clone());
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let writer = writer.clone();
+            tokio::spawn(async move { writer.write(decision("acme", Uuid::new_v4())).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let logged: i64 = sqlx::query_scalar("SELECT count(*) FROM decision_log")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    let items: i64 = sqlx::query_scalar("SELECT count(*) FROM decision_items")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!((logged, items), (64, 192));
+    // A failing batch reports its error to every waiting request.
+    let err = writer
+        .write(decision("no-such-org", Uuid::new_v4()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("decision log"), "{err}");
+}
+
+#[tokio::test]
+async fn feedback_is_idempotent_and_joins_its_decision() {
+    let db = fresh_database().await;
+    sqlx::query("INSERT INTO organizations (org_id) VALUES ('acme'), ('globex')")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let writer = DecisionWriter::spawn(db.pool().clone());
+    let event_id = Uuid::new_v4();
+    writer.write(decision("acme", event_id)).await.unwrap();
+    let feedback = FeedbackRecord {
+        org_id: "acme".into(),
+        event_id,
+        recommendation_id: "r-1".into(),
+        outcome: FeedbackOutcome::Accepted,
+        reliability_delta: Some(0.21),
+        feedback_score: Some(4),
+    };
+    assert_eq!(
+        insert_feedback(db.pool(), &feedback).await.unwrap(),
+        FeedbackStored::Inserted
+    );
+    assert_eq!(
+        insert_feedback(db.pool(), &feedback).await.unwrap(),
+        FeedbackStored::Duplicate
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM feedback")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+    let unknown = FeedbackRecord {
+        recommendation_id: "r-9".into(),
+        ..feedback.clone()
+    };
+    assert_eq!(
+        insert_feedback(db.pool(), &unknown).await.unwrap(),
+        FeedbackStored::UnknownRecommendation
+    );
+    let other_org = FeedbackRecord {
+        org_id: "globex".into(),
+        ..feedback.clone()
+    };
+    assert_eq!(
+        insert_feedback(db.pool(), &other_org).await.unwrap(),
+        FeedbackStored::UnknownRecommendation
+    );
+
+    let learnable = feedback_since(db.pool(), None).await.unwrap();
+    assert_eq!(learnable.len(), 1);
+    assert_eq!(
+        learnable[0].context_features.as_deref(),
+        Some(&[1.0, 0.5][..])
+    );
+    assert_eq!(
+        learnable[0].candidate_features.as_deref(),
+        Some(&[1.0, 1.0][..])
+    );
+    assert_eq!(
+        FeedbackOutcome::parse(&learnable[0].outcome),
+        Some(FeedbackOutcome::Accepted)
+    );
+}
