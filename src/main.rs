@@ -7,6 +7,7 @@ use clap::Parser;
 
 use arc_rec::cli::{Cli, Command, DbCommand};
 use arc_rec::commands;
+use arc_rec::commands::bench::BenchCommand;
 use arc_rec::storage::EmbeddedPostgres;
 
 fn main() -> ExitCode {
@@ -50,6 +51,7 @@ async fn run_command(cli: &Cli, metrics: &telemetry::Metrics) -> anyhow::Result<
         Command::Simulate(args) if args.out.is_some() => {
             return commands::simulate::write_file(args);
         }
+        Command::Bench(BenchCommand::Load(args)) => return commands::load::run(args).await,
         _ => {}
     }
     let database = commands::open_database(&cli.database).await?;

@@ -18,6 +18,8 @@ use crate::storage::export_rows::{ExportFilter, export_sql};
 pub enum BenchCommand {
     /// Export throughput against `psql \copy` of the same rows from the same database.
     Export(BenchExportArgs),
+    /// Open-loop HTTP load at a fixed rate against a running server (one JSON line of results).
+    Load(crate::commands::load::LoadArgs),
 }
 
 /// Arguments of `arc-rec bench export`.
@@ -35,6 +37,8 @@ pub struct BenchExportArgs {
 pub async fn run(command: &BenchCommand, database: &Database) -> anyhow::Result<()> {
     match command {
         BenchCommand::Export(args) => bench_export(args, database).await,
+        // A pure client; `main` runs it without opening a database.
+        BenchCommand::Load(_) => anyhow::bail!("`bench load` needs no database"),
     }
 }
 

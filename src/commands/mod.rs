@@ -5,6 +5,7 @@ pub mod bench;
 pub mod export;
 pub mod ingest;
 pub mod keys;
+pub mod load;
 pub mod serve;
 pub mod simulate;
 

@@ -1,0 +1,135 @@
+//! `arc-rec bench load`: an open-loop HTTP load generator, run as its own process by
+//! `arc-rec bench serve` so client and server do not share a runtime or CPU accounting.
+//!
+//! Requests are sent on a fixed schedule (one every 1/rate seconds) whatever the server does,
+//! and each latency is measured from the request's *scheduled* send time: a server that falls
+//! behind shows its queueing delay instead of silently slowing the client down (no coordinated
+//! omission).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+
+/// Arguments of `arc-rec bench load`.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Full URL to POST to.
+    #[arg(long)]
+    pub url: String,
+    /// API key sent as a bearer token.
+    #[arg(long, env = "ARC_REC_LOAD_KEY", hide_env_values = true)]
+    pub key: String,
+    /// JSON-lines file of request bodies, used round-robin.
+    #[arg(long)]
+    pub bodies: PathBuf,
+    /// Requests per second.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub rate: u32,
+    /// Seconds to send for (after a one-second warm-up that is not measured).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=600))]
+    pub duration: u32,
+    /// Most requests in flight; beyond it requests count as errors (the server is saturated).
+    #[arg(long, default_value_t = 2000)]
+    pub max_in_flight: usize,
+}
+
+/// What one load run measured (printed as one JSON line).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct LoadReport {
+    pub target_rate: u32,
+    pub sent: u64,
+    pub ok: u64,
+    pub errors: u64,
+    /// Completed requests per second over the measured window.
+    pub achieved_rate: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+/// Runs the load and prints a [`LoadReport`] as JSON on stdout.
+pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.bodies)
+        .with_context(|| format!("cannot read {}", args.bodies.display()))?;
+    let bodies: Arc<Vec<bytes::Bytes>> = Arc::new(
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| bytes::Bytes::from(l.to_owned()))
+            .collect(),
+    );
+    anyhow::ensure!(
+        !bodies.is_empty(),
+        "{} holds no request bodies",
+        args.bodies.display()
+    );
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.max_in_flight)
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let interval = Duration::from_secs_f64(1.0 / f64::from(args.rate));
+    let warmup = u64::from(args.rate); // one second
+    let total = warmup + u64::from(args.rate) * u64::from(args.duration);
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(args.max_in_flight));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Option<Duration>)>();
+    let start = Instant::now();
+    for i in 0..total {
+        let scheduled = start + interval.mul_f64(i as f64);
+        tokio::time::sleep_until(scheduled.into()).await;
+        let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+            let _ = tx.send((i, None));
+            continue;
+        };
+        let request = client
+            .post(&args.url)
+            .bearer_auth(&args.key)
+            .header("content-type", "application/json")
+            .body(bodies[(i as usize) % bodies.len()].clone());
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let ok = request.send().await.is_ok_and(|r| r.status().is_success());
+            let latency = ok.then(|| scheduled.elapsed());
+            drop(permit);
+            let _ = tx.send((i, latency));
+        });
+    }
+    drop(tx);
+    let mut latencies = Vec::with_capacity(total as usize);
+    let (mut sent, mut errors) = (0u64, 0u64);
+    while let Some((i, latency)) = rx.recv().await {
+        if i < warmup {
+            continue;
+        }
+        sent += 1;
+        match latency {
+            Some(l) => latencies.push(l.as_secs_f64() * 1000.0),
+            None => errors += 1,
+        }
+    }
+    let measured = start.elapsed().as_secs_f64() - 1.0;
+    latencies.sort_by(f64::total_cmp);
+    let quantile = |q: f64| {
+        if latencies.is_empty() {
+            f64::NAN
+        } else {
+            latencies[((latencies.len() - 1) as f64 * q).round() as usize]
+        }
+    };
+    let report = LoadReport {
+        target_rate: args.rate,
+        sent,
+        ok: latencies.len() as u64,
+        errors,
+        achieved_rate: latencies.len() as f64 / measured.max(1e-9),
+        p50_ms: quantile(0.50),
+        p90_ms: quantile(0.90),
+        p99_ms: quantile(0.99),
+        max_ms: latencies.last().copied().unwrap_or(f64::NAN),
+    };
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
