@@ -3,6 +3,12 @@
 //!
 //! Pure by design: no IO, no async, no SQL. Callers hand in features and a random number
 //! generator and get numbers back, so everything here is testable against simple oracles.
-//! So far it holds the interval arithmetic the acceptance analytics report with.
+//! So far it holds the feature layout and the Wilson interval the acceptance analytics report
+//! with.
 
+pub mod error;
+pub mod features;
 pub mod interval;
+
+pub use error::{BanditError, MAX_ABS_VALUE, Result};
+pub use features::{FeatureLayout, GROUP_NAMES, MAX_DIM};
