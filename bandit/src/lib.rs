@@ -3,15 +3,15 @@
 //!
 //! Pure by design: no IO, no async, no SQL. Callers hand in features and a random number
 //! generator and get numbers back, so everything here is testable against simple oracles.
-//! So far it holds the feature layout, the Gaussian posterior (linear and logistic) and the
-//! Wilson interval the acceptance analytics report with.
 
 pub mod error;
 pub mod features;
 pub mod interval;
 mod linalg;
 pub mod model;
+pub mod policy;
 
 pub use error::{BanditError, MAX_ABS_VALUE, Result};
 pub use features::{FeatureLayout, GROUP_NAMES, MAX_DIM};
 pub use model::{ModelKind, Observation};
+pub use policy::{Explanation, PolicyConfig, RankedItem, Ranking, ThompsonPolicy};
