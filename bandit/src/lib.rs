@@ -10,8 +10,10 @@ pub mod interval;
 mod linalg;
 pub mod model;
 pub mod policy;
+pub mod state;
 
 pub use error::{BanditError, MAX_ABS_VALUE, Result};
 pub use features::{FeatureLayout, GROUP_NAMES, MAX_DIM};
 pub use model::{ModelKind, Observation};
 pub use policy::{Explanation, PolicyConfig, RankedItem, Ranking, ThompsonPolicy};
+pub use state::{FORMAT_VERSION, PolicyState};
