@@ -1,0 +1,632 @@
+//! Thompson-sampling ranking with an ε floor, Monte-Carlo propensities and explanations.
+//!
+//! Requests never touch the d×d posterior. After updates the caller refreshes a bank of M
+//! posterior draws Θ (M×d); a request then scores every candidate under every draw. Because
+//! x = vec(z ⊗ c), x·θ = cᵀ(Θᵣᵀz) where Θᵣ is θ reshaped to |z|×|c|: contracting the bank with z
+//! once (M·d) and multiplying by the candidate matrix (K×|c| by |c|×M) gives the same K×M score
+//! matrix as the naive K×d by d×M product at a fraction of the cost.
+//!
+//! The policy: with probability 1−ε pick one bank draw uniformly and show the top k under it;
+//! with probability ε show a uniformly random ordering. Since the draw is uniform over the bank,
+//! the fraction of draws that put candidate a at position p *is* the probability of that event
+//! under the TS branch, so the logged propensity
+//! `P(a at p) = (1−ε)·count(a, p)/M + ε/K` is exact for the policy as run, sums to 1 over
+//! candidates for every position, and is at least ε/K.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use ndarray::{Array2, Array3, Axis};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{BanditError, Result};
+use crate::features::{FeatureLayout, interaction_into};
+use crate::model::{ModelKind, Observation, Posterior, dot};
+
+/// Most posterior draws a bank may hold.
+pub const MAX_MC_SAMPLES: usize = 65_536;
+
+/// An observation may lie at most this many half-lives after the decay clock; its weight
+/// 2^(Δt/half-life) stays below 2^64, harmless next to the 1e24 bound on feature products.
+pub const MAX_HALF_LIVES_AHEAD: f64 = 64.0;
+
+/// How the policy models, explores and forgets.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// The likelihood: linear (default) or logistic with a Laplace approximation.
+    pub model: ModelKind,
+    /// λ, the prior precision: θ ~ N(0, v²λ⁻¹I) before any data.
+    pub prior_precision: f64,
+    /// v, the scale of posterior draws: θ̃ ~ N(μ, v²Λ⁻¹). The theoretical LinTS value is far too
+    /// large in practice; 0.3–1 works, tune it off-policy.
+    pub noise_scale: f64,
+    /// ε, the probability of a uniformly random ordering (keeps every propensity ≥ ε/K).
+    pub epsilon: f64,
+    /// M, the number of posterior draws in the bank (and of Monte-Carlo propensity samples).
+    pub mc_samples: usize,
+    /// Half-life of evidence in seconds; `None` never forgets.
+    pub half_life_s: Option<f64>,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        Self {
+            model: ModelKind::Linear,
+            prior_precision: 1.0,
+            noise_scale: 0.5,
+            epsilon: 0.05,
+            mc_samples: 256,
+            half_life_s: Some(30.0 * 86_400.0),
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// Checks every field's range; the error names the field.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |field, reason: &str| {
+            Err(BanditError::Invalid {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if !(self.prior_precision.is_finite() && self.prior_precision > 0.0) {
+            return invalid("prior_precision", "must be a finite number > 0");
+        }
+        if !(self.noise_scale.is_finite() && self.noise_scale > 0.0) {
+            return invalid("noise_scale", "must be a finite number > 0");
+        }
+        if !(0.0..=1.0).contains(&self.epsilon) {
+            return invalid("epsilon", "must lie in [0, 1]");
+        }
+        if !(1..=MAX_MC_SAMPLES).contains(&self.mc_samples) {
+            return invalid("mc_samples", "must lie in 1..=65536");
+        }
+        if let Some(h) = self.half_life_s
+            && !(h.is_finite() && h > 0.0)
+        {
+            return invalid("half_life_s", "must be a finite number > 0 (or absent)");
+        }
+        Ok(())
+    }
+}
+
+/// Why one item scored as it did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    /// Per feature group ("candidate", "cluster", "config", "user"), x_g·θ̃_g under the draw that
+    /// produced the reported score; they sum to that score.
+    pub contributions: BTreeMap<String, f64>,
+    /// Posterior standard deviation of the score, v·sqrt(xᵀΛ⁻¹x).
+    pub posterior_sd: f64,
+}
+
+/// One shown item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankedItem {
+    /// Index into the request's candidate list.
+    pub candidate: usize,
+    /// 0-based position in the shown list.
+    pub position: usize,
+    /// x·θ̃ under the request's draw (expected reward, or log-odds for the logistic model).
+    pub score: f64,
+    /// x·μ, the posterior mean score.
+    pub mean_score: f64,
+    /// Probability that the policy puts this candidate at this position.
+    pub propensity: f64,
+    /// Per-group contributions and uncertainty.
+    pub explanation: Explanation,
+}
+
+/// The answer to one ranking request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ranking {
+    /// The shown items, best first: min(k, K) of them.
+    pub items: Vec<RankedItem>,
+    /// True when the ε branch chose a uniformly random ordering.
+    pub explored: bool,
+    /// The bank draw whose scores are reported (and which ordered the list unless `explored`).
+    pub draw: usize,
+    /// Seed of the bank the ranking used; with the seed of the request and the policy state it
+    /// reproduces the ranking.
+    pub bank_seed: u64,
+    /// `propensities[a][p]`: probability that candidate a is shown at position p, for every
+    /// candidate (K rows of min(k, K)), so other policies can be evaluated off-line.
+    pub propensities: Vec<Vec<f64>>,
+}
+
+/// A contextual Thompson-sampling ranker over a shared Bayesian model of x = vec(z ⊗ c).
+#[derive(Clone)]
+pub struct ThompsonPolicy {
+    pub(crate) layout: FeatureLayout,
+    pub(crate) config: PolicyConfig,
+    pub(crate) posterior: Posterior,
+    pub(crate) observations: u64,
+    /// Time up to which evidence has been discounted; `None` before the first event.
+    pub(crate) clock_s: Option<f64>,
+    /// The M draws, laid out (|z|, M, |c|): bank[[i, m, j]] = θ̃ₘ[i·|c| + j]. Contracting with
+    /// z is then |z| long axpys over contiguous M·|c| slabs.
+    bank: Array3<f64>,
+    pub(crate) bank_seed: u64,
+    bank_stale: bool,
+}
+
+impl fmt::Debug for ThompsonPolicy {
+    // The bank and the precision hold ~10⁵ numbers each; print their shape, not their contents.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThompsonPolicy")
+            .field("layout", &self.layout)
+            .field("config", &self.config)
+            .field("dim", &self.posterior.d)
+            .field("observations", &self.observations)
+            .field("clock_s", &self.clock_s)
+            .field("bank_seed", &self.bank_seed)
+            .field("bank_stale", &self.bank_stale)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Scores of every candidate under every draw and the per-draw top-k counts.
+struct BankScores {
+    /// M×K row-major, row m = the scores under draw m.
+    scores: Vec<f64>,
+    /// K×k, count[a·k + p] = number of draws that put candidate a at position p.
+    counts: Vec<u32>,
+    /// The top-k list under `chosen` draw.
+    chosen_top: Vec<usize>,
+    k: usize,
+}
+
+impl ThompsonPolicy {
+    /// A policy at its prior, with a bank drawn from seed 0.
+    pub fn new(layout: FeatureLayout, config: PolicyConfig) -> Result<Self> {
+        layout.validate()?;
+        config.validate()?;
+        let d = layout.dim();
+        let posterior = Posterior::prior(config.model, d, config.prior_precision);
+        Ok(Self::assemble(layout, config, posterior, 0, None, 0))
+    }
+
+    /// Builds a policy around a posterior and draws its bank from `bank_seed`.
+    pub(crate) fn assemble(
+        layout: FeatureLayout,
+        config: PolicyConfig,
+        posterior: Posterior,
+        observations: u64,
+        clock_s: Option<f64>,
+        bank_seed: u64,
+    ) -> Self {
+        let mut policy = Self {
+            bank: Array3::zeros((
+                layout.context_dims(),
+                config.mc_samples,
+                layout.candidate_dims,
+            )),
+            layout,
+            config,
+            posterior,
+            observations,
+            clock_s,
+            bank_seed,
+            bank_stale: true,
+        };
+        policy.refresh_bank_seeded(bank_seed);
+        policy
+    }
+
+    /// The feature layout.
+    pub fn layout(&self) -> &FeatureLayout {
+        &self.layout
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PolicyConfig {
+        &self.config
+    }
+
+    /// d, the length of x and θ.
+    pub fn dim(&self) -> usize {
+        self.posterior.d
+    }
+
+    /// Observations applied since the prior (discounted ones included).
+    pub fn observations(&self) -> u64 {
+        self.observations
+    }
+
+    /// Time up to which evidence has been discounted (`last_decay_s`).
+    pub fn clock_s(&self) -> Option<f64> {
+        self.clock_s
+    }
+
+    /// Posterior mean μ.
+    pub fn mean(&self) -> &[f64] {
+        &self.posterior.mean
+    }
+
+    /// Posterior precision Λ, row-major d×d.
+    pub fn precision(&self) -> &[f64] {
+        &self.posterior.precision
+    }
+
+    /// η = Λμ (b = Σ w·r·x for the linear model).
+    pub fn natural_mean(&self) -> &[f64] {
+        &self.posterior.eta
+    }
+
+    /// Seed of the current bank of draws.
+    pub fn bank_seed(&self) -> u64 {
+        self.bank_seed
+    }
+
+    /// True when the posterior changed since the bank was drawn. Ranking from a stale bank is
+    /// still valid Thompson sampling with delayed updates (Chapelle & Li found TS robust to
+    /// that), and its propensities stay exact for the bank it used.
+    pub fn bank_is_stale(&self) -> bool {
+        self.bank_stale
+    }
+
+    /// Applies one observation. Its weight is 2^(−(clock − t)/half-life) relative to the decay
+    /// clock, so a late event counts exactly as if it had arrived before the decays that passed
+    /// since its timestamp: for the linear model the state is a function of the *set* of
+    /// observations and the clock, whatever the order of updates and decays (up to rounding).
+    /// The first event starts the clock. Leaves the bank stale.
+    pub fn update(&mut self, observation: &Observation) -> Result<()> {
+        let (mut x, weight, clock) = self.prepare(observation, self.clock_s)?;
+        self.posterior.update(&mut x, observation.reward, weight);
+        self.clock_s = Some(clock);
+        self.observations += 1;
+        self.bank_stale = true;
+        Ok(())
+    }
+
+    /// Resets to the prior with the clock at `now_s` and applies `observations` sorted by
+    /// (timestamp, id), so every replica rebuilding from the same feedback log reaches the same
+    /// bits, for the logistic model too. All observations are checked before anything changes.
+    pub fn rebuild(&mut self, observations: &[Observation], now_s: f64) -> Result<()> {
+        check_time("now_s", now_s)?;
+        let mut order: Vec<usize> = (0..observations.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (&observations[a], &observations[b]);
+            a.timestamp_s
+                .total_cmp(&b.timestamp_s)
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        let mut prepared = Vec::with_capacity(observations.len());
+        for &i in &order {
+            let (x, weight, _) = self.prepare(&observations[i], Some(now_s))?;
+            prepared.push((x, observations[i].reward, weight));
+        }
+        let mut posterior =
+            Posterior::prior(self.config.model, self.dim(), self.config.prior_precision);
+        for (mut x, reward, weight) in prepared {
+            posterior.update(&mut x, reward, weight);
+        }
+        self.posterior = posterior;
+        self.clock_s = Some(now_s);
+        self.observations = observations.len() as u64;
+        self.bank_stale = true;
+        Ok(())
+    }
+
+    /// Discounts evidence up to `now_s`: with γ = 0.5^((now − clock)/half-life),
+    /// Λ ← γΛ + (1−γ)λI and η ← γη, then refactors Λ (O(d³), about a millisecond at d = 300).
+    /// Meant to run periodically, not per request. A time at or before the clock changes
+    /// nothing; without a half-life only the clock moves.
+    ///
+    /// Replicas agree when they call this at the same times — e.g. at fixed epoch boundaries
+    /// derived from timestamps (`floor(now / epoch) · epoch`) — because update weights are taken
+    /// relative to the clock: the linear state is then a function of (observation set, clock).
+    pub fn decay_to(&mut self, now_s: f64) -> Result<()> {
+        check_time("now_s", now_s)?;
+        let Some(clock) = self.clock_s else {
+            self.clock_s = Some(now_s);
+            return Ok(());
+        };
+        if now_s <= clock {
+            return Ok(());
+        }
+        if let Some(h) = self.config.half_life_s {
+            let gamma = 0.5f64.powf((now_s - clock) / h);
+            self.posterior.discount(gamma)?;
+            self.bank_stale = true;
+        }
+        self.clock_s = Some(now_s);
+        Ok(())
+    }
+
+    /// Redraws the bank with a seed taken from `rng`.
+    pub fn refresh_bank<R: Rng + ?Sized>(&mut self, rng: &mut R) {
+        let seed = rng.random::<u64>();
+        self.refresh_bank_seeded(seed);
+    }
+
+    /// Redraws the bank deterministically: the same posterior and seed give the same draws on
+    /// every replica (ChaCha8). Costs M triangular solves, O(M·d²).
+    pub fn refresh_bank_seeded(&mut self, seed: u64) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let m = self.config.mc_samples;
+        let cd = self.layout.candidate_dims;
+        let draws = self
+            .posterior
+            .sample_columns(self.config.noise_scale, m, &mut rng);
+        // draws is d×M (column m = θ̃ₘ); x index i·|c| + j sits at row i·|c| + j.
+        self.bank = Array3::from_shape_fn((self.layout.context_dims(), m, cd), |(i, m_, j)| {
+            draws[(i * cd + j) * m + m_]
+        });
+        self.bank_seed = seed;
+        self.bank_stale = false;
+    }
+
+    /// Ranks `candidates` for context `z` and returns the top `k` (fewer when there are fewer
+    /// candidates; none for k = 0 or no candidates). See the module documentation for the
+    /// policy and its propensities.
+    pub fn rank<C: AsRef<[f64]>, R: Rng + ?Sized>(
+        &self,
+        z: &[f64],
+        candidates: &[C],
+        k: usize,
+        rng: &mut R,
+    ) -> Result<Ranking> {
+        self.check_request(z, candidates)?;
+        let n = candidates.len();
+        let shown = k.min(n);
+        if shown == 0 {
+            return Ok(Ranking {
+                items: Vec::new(),
+                explored: false,
+                draw: 0,
+                bank_seed: self.bank_seed,
+                propensities: vec![Vec::new(); n],
+            });
+        }
+        // Fixed order of random draws (coin, draw, shuffle) so a seed reproduces the ranking.
+        let explored = rng.random::<f64>() < self.config.epsilon;
+        let draw = rng.random_range(0..self.config.mc_samples);
+        let bank = self.score_bank(z, candidates, shown, draw);
+        let order = if explored {
+            let mut all: Vec<usize> = (0..n).collect();
+            for i in 0..shown {
+                let j = rng.random_range(i..n);
+                all.swap(i, j);
+            }
+            all.truncate(shown);
+            all
+        } else {
+            bank.chosen_top.clone()
+        };
+        let propensities = self.propensities_from(&bank, n);
+        let mean_w = contract(&self.posterior.mean, z, self.layout.candidate_dims);
+        let items = order
+            .iter()
+            .enumerate()
+            .map(|(position, &a)| {
+                let c = candidates[a].as_ref();
+                RankedItem {
+                    candidate: a,
+                    position,
+                    score: bank.scores[draw * n + a],
+                    mean_score: dot(&mean_w, c),
+                    propensity: propensities[a][position],
+                    explanation: self.explain(z, c, draw),
+                }
+            })
+            .collect();
+        Ok(Ranking {
+            items,
+            explored,
+            draw,
+            bank_seed: self.bank_seed,
+            propensities,
+        })
+    }
+
+    /// [`ThompsonPolicy::rank`] with a ChaCha8 generator seeded from `seed`: log the seed and
+    /// the same state (and bank seed) reproduces the ranking.
+    pub fn rank_seeded<C: AsRef<[f64]>>(
+        &self,
+        z: &[f64],
+        candidates: &[C],
+        k: usize,
+        seed: u64,
+    ) -> Result<Ranking> {
+        self.rank(z, candidates, k, &mut ChaCha8Rng::seed_from_u64(seed))
+    }
+
+    /// The K × min(k, K) matrix of P(candidate a at position p) under this policy, for
+    /// evaluating it off-line on data another policy logged.
+    pub fn propensity_matrix<C: AsRef<[f64]>>(
+        &self,
+        z: &[f64],
+        candidates: &[C],
+        k: usize,
+    ) -> Result<Vec<Vec<f64>>> {
+        self.check_request(z, candidates)?;
+        let n = candidates.len();
+        let shown = k.min(n);
+        if shown == 0 {
+            return Ok(vec![Vec::new(); n]);
+        }
+        let bank = self.score_bank(z, candidates, shown, 0);
+        Ok(self.propensities_from(&bank, n))
+    }
+
+    /// Contributions and posterior sd of candidate `c` under bank draw `m`.
+    fn explain(&self, z: &[f64], c: &[f64], m: usize) -> Explanation {
+        let contributions = self
+            .layout
+            .context_groups()
+            .into_iter()
+            .map(|(name, range)| {
+                let total: f64 = range
+                    .map(|i| {
+                        let theta_block = self.bank.index_axis(Axis(0), i);
+                        let block_dot: f64 =
+                            theta_block.row(m).iter().zip(c).map(|(t, c)| t * c).sum();
+                        z[i] * block_dot
+                    })
+                    .sum();
+                (name.to_owned(), total)
+            })
+            .collect();
+        let mut x = vec![0.0; self.dim()];
+        interaction_into(z, c, &mut x);
+        let posterior_sd = self.config.noise_scale * self.posterior.mahalanobis(&mut x);
+        Explanation {
+            contributions,
+            posterior_sd,
+        }
+    }
+
+    fn check_request<C: AsRef<[f64]>>(&self, z: &[f64], candidates: &[C]) -> Result<()> {
+        self.layout.check_context(z)?;
+        for (i, c) in candidates.iter().enumerate() {
+            self.layout.check_candidate(i, c.as_ref())?;
+        }
+        Ok(())
+    }
+
+    /// Scores all candidates under all draws and counts, per draw, who lands at which of the
+    /// first `k` positions (ties broken by candidate index, the same rule the ranking uses).
+    fn score_bank<C: AsRef<[f64]>>(
+        &self,
+        z: &[f64],
+        candidates: &[C],
+        k: usize,
+        chosen: usize,
+    ) -> BankScores {
+        let cd = self.layout.candidate_dims;
+        let m = self.config.mc_samples;
+        let n = candidates.len();
+        // W[m] = Θᵣ[m]ᵀ z, the per-draw weights on candidate features.
+        let mut w = Array2::<f64>::zeros((m, cd));
+        for (&zi, slab) in z.iter().zip(self.bank.outer_iter()) {
+            if zi != 0.0 {
+                w.scaled_add(zi, &slab);
+            }
+        }
+        let c = Array2::from_shape_fn((n, cd), |(a, j)| candidates[a].as_ref()[j]);
+        let scores = w.dot(&c.t());
+        // One flat row-major M×K buffer: the top-k scan below is the hot loop of a request and
+        // wants plain slices, not strided views. `dot` returns standard layout, so the first
+        // branch is the one taken; the second only keeps this total.
+        let scores = if scores.is_standard_layout() {
+            scores.into_raw_vec_and_offset().0
+        } else {
+            scores.iter().copied().collect()
+        };
+        let mut counts = vec![0u32; n * k];
+        let mut top: Vec<usize> = Vec::with_capacity(k + 1);
+        let mut chosen_top = Vec::new();
+        for (draw, row) in scores.chunks_exact(n).enumerate() {
+            top_k(row, k, &mut top);
+            for (p, &a) in top.iter().enumerate() {
+                counts[a * k + p] += 1;
+            }
+            if draw == chosen {
+                chosen_top.clone_from(&top);
+            }
+        }
+        BankScores {
+            scores,
+            counts,
+            chosen_top,
+            k,
+        }
+    }
+
+    fn propensities_from(&self, bank: &BankScores, n: usize) -> Vec<Vec<f64>> {
+        let eps = self.config.epsilon;
+        let m = self.config.mc_samples as f64;
+        let uniform = eps / n as f64;
+        bank.counts
+            .chunks_exact(bank.k)
+            .map(|row| {
+                row.iter()
+                    .map(|&c| (1.0 - eps) * (f64::from(c) / m) + uniform)
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Checks an observation and returns its x, its weight relative to `clock` (the event's own
+    /// time when there is no clock yet) and the clock to keep.
+    fn prepare(
+        &self,
+        observation: &Observation,
+        clock: Option<f64>,
+    ) -> Result<(Vec<f64>, f64, f64)> {
+        let t = observation.timestamp_s;
+        check_time("timestamp_s", t)?;
+        self.layout.check_context(&observation.context)?;
+        self.layout.check_candidate(0, &observation.candidate)?;
+        self.posterior.check_reward(observation.reward)?;
+        let clock = clock.unwrap_or(t);
+        let weight = match self.config.half_life_s {
+            None => 1.0,
+            Some(h) => {
+                let ahead = (t - clock) / h;
+                if ahead > MAX_HALF_LIVES_AHEAD {
+                    return Err(BanditError::ClockBehind {
+                        timestamp_s: t,
+                        clock_s: clock,
+                        half_lives: ahead,
+                    });
+                }
+                ahead.exp2()
+            }
+        };
+        let mut x = vec![0.0; self.dim()];
+        interaction_into(&observation.context, &observation.candidate, &mut x);
+        Ok((x, weight, clock))
+    }
+}
+
+/// Writes into `top` the indices of the `k` highest scores, best first; ties go to the lower
+/// index (the rule both the ranking and the propensity counts use, so they agree exactly).
+fn top_k(row: &[f64], k: usize, top: &mut Vec<usize>) {
+    top.clear();
+    let mut threshold = f64::NEG_INFINITY;
+    for (a, &s) in row.iter().enumerate() {
+        // Most candidates miss a full top-k; one comparison against the k-th score rejects them.
+        // Candidates arrive in index order, so "strictly greater" keeps earlier ties first.
+        if top.len() == k && !s.total_cmp(&threshold).is_gt() {
+            continue;
+        }
+        let at = top
+            .iter()
+            .position(|&b| s.total_cmp(&row[b]).is_gt())
+            .unwrap_or(top.len());
+        top.insert(at, a);
+        top.truncate(k);
+        if let Some(&last) = top.last() {
+            threshold = row[last];
+        }
+    }
+}
+
+/// Θᵣᵀz for one weight vector: w[j] = Σᵢ z[i]·θ[i·|c| + j].
+fn contract(theta: &[f64], z: &[f64], cd: usize) -> Vec<f64> {
+    let mut w = vec![0.0; cd];
+    for (block, &zi) in theta.chunks_exact(cd.max(1)).zip(z) {
+        for (r, &t) in w.iter_mut().zip(block) {
+            *r += zi * t;
+        }
+    }
+    w
+}
+
+fn check_time(field: &'static str, t: f64) -> Result<()> {
+    if t.is_finite() {
+        Ok(())
+    } else {
+        Err(BanditError::BadValue {
+            block: field.into(),
+            index: 0,
+            value: t,
+        })
+    }
+}

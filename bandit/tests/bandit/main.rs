@@ -1,0 +1,8 @@
+//! Property tests of the bandit against simple oracles: one test binary, one module per topic.
+
+mod discount;
+mod helpers;
+mod learning;
+mod off_policy;
+mod ranking;
+mod state;
