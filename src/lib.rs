@@ -4,6 +4,7 @@
 //! types parsed at the edge, storage (all SQL), the synthetic Arc-Eval world, ingest and export.
 //! See `docs/ARCHITECTURE.md` for the map.
 
+pub mod candidates;
 pub mod cli;
 pub mod commands;
 pub mod domain;
