@@ -113,12 +113,20 @@ impl<'a> Ctx<'a> {
         self.signals.weight(signal)
     }
 
-    /// Past diffs of `lever` pooled over the context's failure categories, shrunk toward the
-    /// priors (reliability delta and cost delta per run).
+    /// Past diffs of `lever` pooled over the failure categories of the context's failures that
+    /// this lever plausibly fixes, shrunk toward the priors (reliability and cost delta per run).
+    /// Categories are coarse — `timeout` holds slow tools and loops alike — so a loop's category
+    /// must not borrow the record of longer timeouts on slow tools.
     fn estimate(&self, lever: Lever, prior_rel: f64, prior_cost: f64) -> Estimate {
+        let mut slots = [false; CATEGORY_SLOTS];
+        for (signal, slot) in &self.signals.observations {
+            if lever_prior(lever, *signal) > 0.0 {
+                slots[*slot] = true;
+            }
+        }
         let mut pooled = DiffAgg::default();
-        for slot in 0..CATEGORY_SLOTS {
-            if self.signals.categories[slot] > 0.0 {
+        for (slot, used) in slots.iter().enumerate() {
+            if *used {
                 pooled.add(self.index.lever_stats(lever, slot));
             }
         }
@@ -142,34 +150,11 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Prior reliability gain of pulling `lever`, given the context's failure signals: what each
-    /// lever is known to fix (retries recover transient faults, longer timeouts slow tools,
-    /// cooler sampling malformed calls, warmer sampling loops, a missing tool invented calls).
+    /// Prior reliability gain of pulling `lever`, given the context's failure signals.
     fn prior(&self, lever: Lever) -> f64 {
-        let table = |signal: FailureSignal| -> f64 {
-            match (lever, signal) {
-                (Lever::Retry, S::RateLimit) => 0.12,
-                (Lever::Retry, S::ProviderError) => 0.08,
-                (Lever::Retry, S::ToolTimeout) => 0.05,
-                (Lever::Retry, _) => 0.003,
-                (Lever::Timeout | Lever::ToolTimeout, S::ToolTimeout) => 0.15,
-                (Lever::Timeout | Lever::ToolTimeout, S::Looping) => -0.01,
-                (Lever::TemperatureDown, S::MalformedArgs) => 0.10,
-                (Lever::TemperatureDown, S::HallucinatedTool) => 0.05,
-                (Lever::TemperatureDown, S::OutputFormat) => 0.03,
-                (Lever::TemperatureDown, S::Looping) => -0.03,
-                (Lever::TemperatureUp, S::Looping) => 0.15,
-                (Lever::TemperatureUp, S::MalformedArgs) => -0.03,
-                (Lever::TemperatureUp, S::HallucinatedTool | S::OutputFormat) => -0.01,
-                (Lever::ToolsAdd, S::HallucinatedTool) => 0.15,
-                (Lever::ToolsRemove, S::ContextOverflow) => 0.10,
-                (Lever::ToolsRemove, _) => 0.005,
-                _ => 0.0,
-            }
-        };
         FailureSignal::ALL
             .iter()
-            .map(|s| self.w(*s) * table(*s))
+            .map(|s| self.w(*s) * lever_prior(lever, *s))
             .sum()
     }
 
@@ -227,6 +212,34 @@ impl<'a> Ctx<'a> {
             .typical
             .temperature_down
             .map_or(0.3, |t| round1(t.clamp(0.2, 0.5)))
+    }
+}
+
+/// Prior reliability gain of pulling `lever` against failures of one signal: what each lever is
+/// known to fix (retries recover transient faults, longer timeouts slow tools, cooler sampling
+/// malformed calls, warmer sampling loops, a missing tool invented calls, fewer tool schemas
+/// context overflows) and what it makes worse.
+fn lever_prior(lever: Lever, signal: FailureSignal) -> f64 {
+    match (lever, signal) {
+        (Lever::Retry, S::RateLimit) => 0.12,
+        (Lever::Retry, S::ProviderError) => 0.08,
+        (Lever::Retry, S::ToolTimeout) => 0.05,
+        (Lever::Retry, S::Sandbox | S::Auth) => 0.0,
+        (Lever::Retry, _) => 0.003,
+        (Lever::Timeout | Lever::ToolTimeout, S::ToolTimeout) => 0.15,
+        (Lever::Timeout | Lever::ToolTimeout, S::Looping) => -0.01,
+        (Lever::TemperatureDown, S::MalformedArgs) => 0.10,
+        (Lever::TemperatureDown, S::HallucinatedTool) => 0.05,
+        (Lever::TemperatureDown, S::OutputFormat) => 0.03,
+        (Lever::TemperatureDown, S::Looping) => -0.03,
+        (Lever::TemperatureUp, S::Looping) => 0.15,
+        (Lever::TemperatureUp, S::MalformedArgs) => -0.03,
+        (Lever::TemperatureUp, S::HallucinatedTool | S::OutputFormat) => -0.01,
+        (Lever::ToolsAdd, S::HallucinatedTool) => 0.15,
+        (Lever::ToolsRemove, S::ContextOverflow) => 0.10,
+        (Lever::ToolsRemove, S::Sandbox | S::Auth) => 0.0,
+        (Lever::ToolsRemove, _) => 0.005,
+        _ => 0.0,
     }
 }
 

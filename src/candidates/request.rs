@@ -67,6 +67,8 @@ pub struct SignalProfile {
     pub weights: [f64; FailureSignal::COUNT],
     /// Share of failures per category slot.
     pub categories: [f64; CATEGORY_SLOTS],
+    /// Each failure's signal and category slot (the cluster key counts as one failure).
+    pub observations: Vec<(FailureSignal, usize)>,
     /// Configured tools that failed, most often first, with the signal they failed with.
     pub failing_tools: Vec<(String, FailureSignal)>,
     /// Tools the model called that the configuration lacks (unknown-tool errors).
@@ -80,9 +82,14 @@ impl SignalProfile {
         let mut categories = [0.0; CATEGORY_SLOTS];
         let mut tool_counts: Vec<(String, FailureSignal, u32)> = Vec::new();
         let mut requested_tools: Vec<String> = Vec::new();
+        let mut observations: Vec<(FailureSignal, usize)> = Vec::new();
         let mut note = |signal: FailureSignal, category: Option<&str>, tool: Option<&str>| {
             weights[signal.index()] += 1.0;
-            categories[category_slot(category.or_else(|| category_of(signal)))] += 1.0;
+            let slot = category_slot(category.or_else(|| category_of(signal)));
+            categories[slot] += 1.0;
+            if !observations.contains(&(signal, slot)) {
+                observations.push((signal, slot));
+            }
             let Some(tool) = tool.map(str::trim).filter(|t| !t.is_empty()) else {
                 return;
             };
@@ -140,6 +147,7 @@ impl SignalProfile {
         Self {
             weights,
             categories,
+            observations,
             failing_tools: tool_counts.into_iter().map(|(t, s, _)| (t, s)).collect(),
             requested_tools,
         }

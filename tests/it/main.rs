@@ -4,6 +4,8 @@
 /// The shared cluster and per-test databases.
 mod helpers;
 
+/// Candidate generation: statistics from a simulated world, constraints, ground truth.
+mod candidates;
 /// `arc-rec` the binary: exit codes and messages people see.
 mod cli;
 /// Export: reward rules on hand-made rows, filters, formats, atomic output.
