@@ -27,30 +27,54 @@ static NO_TOOLS: [Value; 0] = [];
 impl<'a> ConfigView<'a> {
     /// Reads `config`; missing or malformed fields take their defaults.
     pub fn of(config: &'a Value) -> Self {
+        Self::read(|key| config.get(key), |key| config.get("retry")?.get(key))
+    }
+
+    /// Reads `config` as it would be after applying the merge patch `diff`, without building the
+    /// patched configuration (the request path reads many candidates).
+    pub fn patched(config: &'a Value, diff: &'a Value) -> Self {
+        let Some(patch) = diff.as_object() else {
+            return Self::of(diff);
+        };
+        let field = move |key: &str| match patch.get(key) {
+            Some(Value::Null) => None,
+            Some(value) => Some(value),
+            None => config.get(key),
+        };
+        let retry_field = move |key: &str| match patch.get("retry") {
+            None => config.get("retry")?.get(key),
+            Some(Value::Object(retry)) => match retry.get(key) {
+                Some(Value::Null) => None,
+                Some(value) => Some(value),
+                None => config.get("retry")?.get(key),
+            },
+            // Null removes the retry policy; anything else replaces it wholesale.
+            Some(other) => other.get(key),
+        };
+        Self::read(field, retry_field)
+    }
+
+    fn read(
+        field: impl Fn(&str) -> Option<&'a Value>,
+        retry_field: impl Fn(&str) -> Option<&'a Value>,
+    ) -> Self {
         let positive = |v: Option<&Value>| v.and_then(Value::as_f64).filter(|x| *x > 0.0);
         Self {
-            model: config
-                .get("model")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-            temperature: config
-                .get("temperature")
+            model: field("model").and_then(Value::as_str).unwrap_or_default(),
+            temperature: field("temperature")
                 .and_then(Value::as_f64)
                 .filter(|t| t.is_finite())
                 .unwrap_or(0.7),
-            tools: config
-                .get("tools")
+            tools: field("tools")
                 .and_then(Value::as_array)
                 .map_or(&NO_TOOLS[..], Vec::as_slice),
-            max_attempts: config
-                .pointer("/retry/max_attempts")
+            max_attempts: retry_field("max_attempts")
                 .and_then(Value::as_u64)
                 .filter(|a| *a >= 1)
                 .unwrap_or(1),
-            backoff_s: positive(config.pointer("/retry/backoff_s")).unwrap_or(DEFAULT_BACKOFF_S),
-            timeout_s: positive(config.get("timeout_s")).unwrap_or(DEFAULT_TIMEOUT_S),
-            system_prompt_chars: config
-                .get("system_prompt")
+            backoff_s: positive(retry_field("backoff_s")).unwrap_or(DEFAULT_BACKOFF_S),
+            timeout_s: positive(field("timeout_s")).unwrap_or(DEFAULT_TIMEOUT_S),
+            system_prompt_chars: field("system_prompt")
                 .and_then(Value::as_str)
                 .map_or(0, str::len),
         }

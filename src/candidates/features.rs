@@ -7,7 +7,6 @@ use serde_json::Value;
 
 use super::config::{ConfigView, provider_of};
 use super::index::CandidateIndex;
-use crate::domain::agent_config::apply_merge_patch;
 use crate::domain::{Candidate, CandidateSource, RecommendationType};
 
 /// Names of [`candidate_features`], in order.
@@ -87,10 +86,8 @@ pub fn candidate_features(candidate: &Candidate, current_config: &Value) -> Vec<
     f[9] = signed_log1p(finite(candidate.expected_cost_delta_usd) * 100.0);
     f[10] = f64::from(candidate.evidence_count).ln_1p();
 
-    let mut patched = current_config.clone();
-    apply_merge_patch(&mut patched, &candidate.diff);
     let before = ConfigView::of(current_config);
-    let after = ConfigView::of(&patched);
+    let after = ConfigView::patched(current_config, &candidate.diff);
     f[11] = flag(before.model != after.model);
     f[12] = flag(provider_of(before.model) != provider_of(after.model));
     f[13] = flag(matches!(candidate.source, CandidateSource::Model { .. }));

@@ -780,7 +780,11 @@ fn tool_configuration(ctx: &Ctx<'_>, out: &mut Vec<Candidate>) {
         let Some(p90) = index.tool(name).and_then(|t| t.p90_ok_s) else {
             continue;
         };
-        let current = view.tool_timeout_s(name);
+        let current = tool
+            .get("timeout_s")
+            .and_then(Value::as_f64)
+            .filter(|t| *t > 0.0)
+            .unwrap_or(view.timeout_s);
         let want = (3.0 * p90).ceil().clamp(1.0, MAX_TIMEOUT_S);
         if want > current
             && let Value::Object(map) = tool
