@@ -7,6 +7,7 @@
 //! JSON is read defensively (`jsonb_typeof` before every cast), because `parsed_config`, diffs and
 //! trajectories are client data: an odd value is skipped, never an error.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::PgPool;
@@ -90,7 +91,8 @@ pub struct ToolRow {
     /// Latency of successful calls (ms).
     pub p50_ok_ms: Option<f64>,
     pub p90_ok_ms: Option<f64>,
-    /// Simulated versions that configure the tool, and those of them whose runs called it.
+    /// Versions with runs (in the window) that configure the tool, and those of them whose runs
+    /// called it.
     pub versions_configured: i64,
     pub versions_called: i64,
 }
@@ -110,30 +112,41 @@ pub struct StatsRows {
 pub struct CandidateStats;
 
 impl CandidateStats {
-    /// The raw aggregates of one organization.
-    pub async fn load_rows(pool: &PgPool, org: &str) -> Result<StatsRows, StorageError> {
+    /// The raw aggregates of one organization over outcomes and diffs since `since` (all
+    /// history when `None`; a rolling window keeps refreshes cheap on a large history and lets
+    /// old evidence go).
+    pub async fn load_rows(
+        pool: &PgPool,
+        org: &str,
+        since: Option<DateTime<Utc>>,
+    ) -> Result<StatsRows, StorageError> {
         let models = sqlx::query_as::<_, ModelRow>(MODELS_SQL)
             .bind(org)
+            .bind(since)
             .fetch_all(pool)
             .await
             .context("load model statistics")?;
         let failures = sqlx::query_as::<_, ModelFailureRow>(FAILURES_SQL)
             .bind(org)
+            .bind(since)
             .fetch_all(pool)
             .await
             .context("load model failure statistics")?;
         let categories = sqlx::query_as::<_, ModelCategoryRow>(CATEGORIES_SQL)
             .bind(org)
+            .bind(since)
             .fetch_all(pool)
             .await
             .context("load model statistics per failure category")?;
         let diffs = sqlx::query_as::<_, DiffGroupRow>(DIFFS_SQL)
             .bind(org)
+            .bind(since)
             .fetch_all(pool)
             .await
             .context("load config diff statistics")?;
         let tools = sqlx::query_as::<_, ToolRow>(TOOLS_SQL)
             .bind(org)
+            .bind(since)
             .fetch_all(pool)
             .await
             .context("load tool statistics")?;
@@ -146,13 +159,24 @@ impl CandidateStats {
         })
     }
 
-    /// The candidate index of one organization (empty statistics for an unknown one).
+    /// The candidate index of one organization over all its history (empty statistics for an
+    /// unknown one).
     pub async fn load(pool: &PgPool, org: &str) -> Result<CandidateIndex, StorageError> {
-        let rows = Self::load_rows(pool, org).await?;
+        Self::load_since(pool, org, None).await
+    }
+
+    /// The candidate index of one organization over outcomes and diffs since `since`.
+    pub async fn load_since(
+        pool: &PgPool,
+        org: &str,
+        since: Option<DateTime<Utc>>,
+    ) -> Result<CandidateIndex, StorageError> {
+        let rows = Self::load_rows(pool, org, since).await?;
         Ok(CandidateIndex::from_rows(org, &rows))
     }
 
-    /// The candidate index of every organization, for service start-up and refreshes.
+    /// The candidate index of every organization (all history), for service start-up and
+    /// refreshes.
     pub async fn load_all(pool: &PgPool) -> Result<Vec<CandidateIndex>, StorageError> {
         let orgs: Vec<String> =
             sqlx::query_scalar("SELECT org_id FROM organizations ORDER BY org_id")
@@ -277,7 +301,7 @@ const MODELS_SQL: &str = concat!(
             AVG(o.reliability_score) FILTER (WHERE o.status <> 'success') AS failure_reliability",
     runs_join!(),
     "
-     WHERE o.org_id = $1
+     WHERE o.org_id = $1 AND ($2::timestamptz IS NULL OR o.execution_time >= $2)
      GROUP BY 1
      HAVING ",
     run_model!(),
@@ -292,6 +316,7 @@ const FAILURES_SQL: &str = concat!(
     runs_join!(),
     "
      WHERE o.org_id = $1 AND o.status <> 'success'
+       AND ($2::timestamptz IS NULL OR o.execution_time >= $2)
      GROUP BY 1, 2, 3
      HAVING ",
     run_model!(),
@@ -305,6 +330,7 @@ const CATEGORIES_SQL: &str = concat!(
          FROM outcomes o
          JOIN simulations s ON s.org_id = o.org_id AND s.simulation_id = o.simulation_id
          WHERE o.org_id = $1 AND o.error_category IS NOT NULL
+           AND ($2::timestamptz IS NULL OR o.execution_time >= $2)
      )
      SELECT ",
     run_model!(),
@@ -315,7 +341,7 @@ const CATEGORIES_SQL: &str = concat!(
     runs_join!(),
     "
      JOIN version_categories vc ON vc.version_id = s.config_version_id
-     WHERE o.org_id = $1
+     WHERE o.org_id = $1 AND ($2::timestamptz IS NULL OR o.execution_time >= $2)
      GROUP BY 1, 2
      HAVING ",
     run_model!(),
@@ -331,7 +357,7 @@ WITH version_runs AS (
            AVG(o.reliability_score) AS reliability, AVG(o.cost_usd) AS cost
     FROM outcomes o
     JOIN simulations s ON s.org_id = o.org_id AND s.simulation_id = o.simulation_id
-    WHERE o.org_id = $1
+    WHERE o.org_id = $1 AND ($2::timestamptz IS NULL OR o.execution_time >= $2)
     GROUP BY s.config_version_id
 ),
 version_category AS (
@@ -340,6 +366,7 @@ version_category AS (
     FROM outcomes o
     JOIN simulations s ON s.org_id = o.org_id AND s.simulation_id = o.simulation_id
     WHERE o.org_id = $1 AND o.error_category IS NOT NULL
+      AND ($2::timestamptz IS NULL OR o.execution_time >= $2)
     GROUP BY s.config_version_id, o.error_category
     ORDER BY s.config_version_id, COUNT(*) DESC, o.error_category
 ),
@@ -396,7 +423,7 @@ diffs AS (
     LEFT JOIN version_runs a
            ON a.version_id = d.version_after AND d.approval_status = 'approved'
     LEFT JOIN version_category vc ON vc.version_id = d.version_before
-    WHERE d.org_id = $1
+    WHERE d.org_id = $1 AND ($2::timestamptz IS NULL OR d.created_at >= $2)
 ),
 valued AS (
     SELECT diffs.*,
@@ -441,7 +468,7 @@ WITH calls AS (
     CROSS JOIN LATERAL jsonb_array_elements(
         CASE WHEN jsonb_typeof(o.trajectory -> 'tool_calls') = 'array'
              THEN o.trajectory -> 'tool_calls' ELSE '[]'::jsonb END) AS tc
-    WHERE o.org_id = $1
+    WHERE o.org_id = $1 AND ($2::timestamptz IS NULL OR o.execution_time >= $2)
 ),
 per_tool AS (
     SELECT tool, COUNT(*) AS calls, COUNT(*) FILTER (WHERE ok) AS ok_calls,
@@ -461,8 +488,11 @@ configured AS (
         CASE WHEN jsonb_typeof(v.parsed_config -> 'tools') = 'array'
              THEN v.parsed_config -> 'tools' ELSE '[]'::jsonb END) AS e
     WHERE v.org_id = $1
-      AND EXISTS (SELECT 1 FROM simulations s
-                  WHERE s.org_id = v.org_id AND s.config_version_id = v.version_id)
+      AND v.version_id IN (
+          SELECT s.config_version_id
+          FROM outcomes o
+          JOIN simulations s ON s.org_id = o.org_id AND s.simulation_id = o.simulation_id
+          WHERE o.org_id = $1 AND ($2::timestamptz IS NULL OR o.execution_time >= $2))
 ),
 usage AS (
     SELECT c.tool, COUNT(*) AS versions_configured, COUNT(k.version_id) AS versions_called

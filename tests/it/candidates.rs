@@ -281,6 +281,31 @@ async fn model_candidates_and_called_tools_load_per_organization() {
     );
     let index = CandidateStats::load(pool, "acme").await.unwrap();
     assert_eq!(index.org_stats.runs, 1);
+    // A window after the only outcome and diff leaves nothing.
+    let later = "2026-11-21T00:00:00Z".parse().unwrap();
+    let windowed = CandidateStats::load_since(pool, "acme", Some(later))
+        .await
+        .unwrap();
+    assert_eq!(windowed.org_stats.runs, 0);
+    assert!(windowed.tools.is_empty() && windowed.models.is_empty());
+    assert_eq!(
+        windowed
+            .levers
+            .iter()
+            .flatten()
+            .map(|a| a.proposed)
+            .sum::<u64>(),
+        0
+    );
+    assert_eq!(
+        index
+            .levers
+            .iter()
+            .flatten()
+            .map(|a| a.proposed)
+            .sum::<u64>(),
+        1
+    );
     assert_eq!(index.models[0].model, "openai/gpt-4.1");
     let web = index.tool("web_search").unwrap();
     assert_eq!((web.calls, web.ok_calls), (1, 0));
