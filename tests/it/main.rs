@@ -6,6 +6,8 @@ mod helpers;
 
 /// The HTTP API.
 mod api;
+/// Candidate generation: statistics from a simulated world, constraints, ground truth.
+mod candidates;
 /// `arc-rec` the binary: exit codes and messages people see.
 mod cli;
 /// The decision log and feedback storage.
