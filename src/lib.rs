@@ -5,6 +5,7 @@
 //! See `docs/ARCHITECTURE.md` for the map.
 
 pub mod cli;
+pub mod clustering;
 pub mod commands;
 pub mod domain;
 pub mod export;
