@@ -1,6 +1,7 @@
 //! Storage: every SQL statement arc-rec issues lives under this module. The rest of the code sees
 //! typed functions and [`StorageError`], never `sqlx`.
 
+pub mod clusters;
 pub mod embedded;
 pub mod export_rows;
 pub mod record_writer;
