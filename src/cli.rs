@@ -42,6 +42,8 @@ pub enum Command {
     Ingest(crate::commands::ingest::IngestArgs),
     /// Write Configuration→Outcome training examples as JSON lines.
     Export(crate::commands::export::ExportArgs),
+    /// Cluster failure patterns per organization (stable ids; the bandit's failure context).
+    Cluster(crate::commands::cluster::ClusterArgs),
     /// Manage the embedded Postgres cluster under --data-dir.
     #[command(subcommand)]
     Db(DbCommand),

@@ -104,6 +104,7 @@ async fn dispatch(
         Command::Simulate(args) => commands::simulate::run(args, database).await,
         Command::Ingest(args) => commands::ingest::run(args, database, metrics).await,
         Command::Export(args) => commands::export::run(args, database, metrics).await,
+        Command::Cluster(args) => commands::cluster::run(args, database).await,
         // Handled in `run_command` before any database is opened.
         Command::Db(_) => anyhow::bail!("`arc-rec db` commands do not open the database"),
         Command::Bench(bench) => commands::bench::run(bench, database).await,
