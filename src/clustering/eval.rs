@@ -137,7 +137,8 @@ fn reduced(org: &str, patterns: &[Labelled], options: &ClusterOptions) -> Array2
             (Some(e), Some(_)) => model.embedding_reduced(e).expect("valid embedding"),
             _ => model.text_reduced(&p.doc()),
         };
-        x.row_mut(i).assign(&ndarray::ArrayView1::from(z.as_slice()));
+        x.row_mut(i)
+            .assign(&ndarray::ArrayView1::from(z.as_slice()));
     }
     x
 }
@@ -184,7 +185,10 @@ pub(crate) fn request_time_accuracy(
             right += usize::from(majority.get(a.cluster_id.as_str()) == Some(&p.mode));
         }
     }
-    (right as f64 / total.max(1) as f64, micros / total.max(1) as f64)
+    (
+        right as f64 / total.max(1) as f64,
+        micros / total.max(1) as f64,
+    )
 }
 
 #[test]
@@ -378,7 +382,9 @@ fn report() {
         ..base.clone()
     };
     let (accuracy, micros) = request_time_accuracy(&text, &message_only);
-    println!("no error-type block: majority-mode accuracy {accuracy:.3}, {micros:.1} µs per assign");
+    println!(
+        "no error-type block: majority-mode accuracy {accuracy:.3}, {micros:.1} µs per assign"
+    );
 
     println!("\n== client embeddings (the world's synthetic error_embedding)");
     for dim in [64, 1536] {

@@ -326,17 +326,28 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a, ["<tool>", "timed", "out", "after", "<dur>"]);
         let c = normalize_message("Timeout: tool 'web_search' exceeded 5s deadline", tools);
-        assert_eq!(c, ["timeout", "tool", "<tool>", "exceeded", "<dur>", "deadline"]);
+        assert_eq!(
+            c,
+            ["timeout", "tool", "<tool>", "exceeded", "<dur>", "deadline"]
+        );
         let d = normalize_message(
             "openai returned 502 Bad Gateway (request id req_9f8e7d6c5b4a3210)",
             |_| None,
         );
-        assert_eq!(d, ["openai", "returned", "502", "bad", "gateway", "request", "id", "<id>"]);
+        assert_eq!(
+            d,
+            [
+                "openai", "returned", "502", "bad", "gateway", "request", "id", "<id>"
+            ]
+        );
         let e = normalize_message("Sandbox container sb-3f2a91c0de was OOM-killed", |_| None);
         assert_eq!(e, ["sandbox", "container", "sb", "<id>", "oom", "killed"]);
         // Status codes stay; other numbers do not; repeated placeholders collapse.
         let f = normalize_message("HTTP 429 Too Many Requests, limit 30000 / 2.5", |_| None);
-        assert_eq!(f, ["http", "429", "too", "many", "requests", "limit", "<num>"]);
+        assert_eq!(
+            f,
+            ["http", "429", "too", "many", "requests", "limit", "<num>"]
+        );
         assert!(normalize_message("", |_| None).is_empty());
         assert!(normalize_message("  ... !!! ", |_| None).is_empty());
     }
@@ -353,9 +364,17 @@ mod tests {
     #[test]
     fn vectors_are_unit_length_and_similar_wording_is_close() {
         let docs = [
-            doc("timeout", "web_search timed out after 5000 ms", "web_search"),
+            doc(
+                "timeout",
+                "web_search timed out after 5000 ms",
+                "web_search",
+            ),
             doc("timeout", "sql_query timed out after 3000 ms", "sql_query"),
-            doc("model_error", "HTTP 429 Too Many Requests from provider openai", "x"),
+            doc(
+                "model_error",
+                "HTTP 429 Too Many Requests from provider openai",
+                "x",
+            ),
         ];
         let model = HashedTfIdf::fit(&docs, [], 1024, BlockWeights::default());
         let v: Vec<Sparse> = docs.iter().map(|d| model.transform(d)).collect();

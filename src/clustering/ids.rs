@@ -103,7 +103,11 @@ pub(crate) fn slug(text: &str) -> String {
         })
         .collect();
     let s = s.trim_matches(|c| c == '_' || c == '-').to_owned();
-    if s.is_empty() { "failure".to_owned() } else { s }
+    if s.is_empty() {
+        "failure".to_owned()
+    } else {
+        s
+    }
 }
 
 /// `RateLimitError` -> `rate_limit_error`, `APIError` -> `api_error`.
@@ -114,8 +118,7 @@ pub(crate) fn snake_case(name: &str) -> String {
         if c.is_uppercase() && i > 0 {
             let prev = chars[i - 1];
             let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
-            if prev.is_lowercase() || prev.is_ascii_digit() || (prev.is_uppercase() && next_lower)
-            {
+            if prev.is_lowercase() || prev.is_ascii_digit() || (prev.is_uppercase() && next_lower) {
                 out.push('_');
             }
         }

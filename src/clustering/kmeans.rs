@@ -14,6 +14,11 @@ use rand_xoshiro::rand_core::SeedableRng;
 
 use super::ClusterError;
 
+/// A grouping of the fine groups must reach this silhouette (Kaufman & Rousseeuw's "weak
+/// structure" floor) to replace them: with a handful of equally distant groups every merge scores
+/// a little above the singletons' 0 without meaning anything.
+const MIN_GROUPING_SILHOUETTE: f64 = 0.25;
+
 /// Points the silhouette is computed on at most (it is quadratic).
 const SILHOUETTE_SAMPLE: usize = 1500;
 
@@ -66,7 +71,7 @@ pub(crate) fn cluster(x: &Array2<f64>, k: KChoice, seed: u64) -> Result<Partitio
             let m = fine.centroids.nrows();
             // Level 2: group the fine groups, k by the silhouette of the fine centroids, where a
             // wording is one point and a cluster of one scores 0 — so causes, not wordings, win.
-            let mut best: (Vec<usize>, f64) = ((0..m).collect(), 0.0);
+            let mut best: (Vec<usize>, f64) = ((0..m).collect(), MIN_GROUPING_SILHOUETTE);
             let mut tried = Vec::new();
             for g in 2..m {
                 let grouped = fit_k(&fine.centroids, g, seed)?;

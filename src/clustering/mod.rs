@@ -286,7 +286,9 @@ pub fn fit_org(
     let docs: Vec<FailureDoc<'_>> = patterns.iter().map(PatternInput::doc).collect();
     let text_featurizer = featurize::HashedTfIdf::fit(
         &docs,
-        patterns.iter().flat_map(|p| p.tools.iter().map(String::as_str)),
+        patterns
+            .iter()
+            .flat_map(|p| p.tools.iter().map(String::as_str)),
         options.buckets,
         options.weights,
     );
@@ -395,8 +397,14 @@ pub fn fit_org(
         previous,
         featurizer,
         primary_projection,
-        &order.iter().map(|&c| centroids[c].clone()).collect::<Vec<_>>(),
-        &order.iter().map(|&c| members[c].clone()).collect::<Vec<_>>(),
+        &order
+            .iter()
+            .map(|&c| centroids[c].clone())
+            .collect::<Vec<_>>(),
+        &order
+            .iter()
+            .map(|&c| members[c].clone())
+            .collect::<Vec<_>>(),
         patterns,
         options.match_threshold,
     );
@@ -629,7 +637,10 @@ fn match_previous(
             .iter()
             .map(|(_, c)| old.primary().reconstruct(c))
             .collect();
-        let new_full: Vec<Vec<f64>> = centroids.iter().map(|c| projection.reconstruct(c)).collect();
+        let new_full: Vec<Vec<f64>> = centroids
+            .iter()
+            .map(|c| projection.reconstruct(c))
+            .collect();
         match_by_cost(new_full.len(), old_full.len(), threshold, |i, j| {
             distance(&new_full[i], &old_full[j])
         })

@@ -217,7 +217,11 @@ impl ClusterModel {
             }
             let centroid = widen(&c.centroid);
             let text_centroid = widen(&c.text_centroid);
-            if centroid.iter().chain(&text_centroid).any(|v| !v.is_finite()) {
+            if centroid
+                .iter()
+                .chain(&text_centroid)
+                .any(|v| !v.is_finite())
+            {
                 return Err(ClusterError::Corrupt(format!(
                     "cluster {} has a non-finite centroid",
                     c.cluster_id
@@ -424,11 +428,7 @@ impl ClusterModel {
             } else {
                 &c.centroid
             };
-            let d: f64 = z
-                .iter()
-                .zip(centre)
-                .map(|(a, b)| (a - b) * (a - b))
-                .sum();
+            let d: f64 = z.iter().zip(centre).map(|(a, b)| (a - b) * (a - b)).sum();
             d2[i] = d;
             if d < best.1 {
                 best = (i, d);
@@ -451,12 +451,26 @@ impl ClusterModel {
             self.clusters[i].text_radius
         } else {
             self.clusters[i].radius
-        };
+        }
+        .max(MIN_RADIUS);
         let outside = ((distance - radius) / radius).max(0.0);
         let confidence = (posterior * (-outside).exp()).clamp(0.0, 1.0);
-        (i, distance, if confidence.is_finite() { confidence } else { 0.0 })
+        (
+            i,
+            distance,
+            if confidence.is_finite() {
+                confidence
+            } else {
+                0.0
+            },
+        )
     }
 }
+
+/// Failure vectors have unit length before projection, so reduced distances live in [0, 2]; a
+/// cluster whose members are near copies (one wording) has a radius near 0, and without a floor
+/// any new wording would get no confidence at all.
+const MIN_RADIUS: f64 = 0.1;
 
 /// A request's failure text as a featurizer document.
 fn text_doc(f: &FailureText) -> FailureDoc<'_> {

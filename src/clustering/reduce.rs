@@ -196,10 +196,10 @@ pub(crate) fn fit_pca(x: &Array2<f64>, dims: usize) -> Result<Projection, Cluste
     // A fixed sign per component (largest entry positive) so that refits on the same data give
     // the same projection, not a mirrored one.
     for mut row in components.outer_iter_mut() {
-        let pivot = row
-            .iter()
-            .copied()
-            .fold(0.0f64, |best, v| if v.abs() > best.abs() { v } else { best });
+        let pivot = row.iter().copied().fold(
+            0.0f64,
+            |best, v| if v.abs() > best.abs() { v } else { best },
+        );
         if pivot < 0.0 {
             row.mapv_inplace(|v| -v);
         }

@@ -214,7 +214,8 @@ fn mixed_and_missing_embeddings_fall_back_without_panicking() {
     assert_eq!(fit.summary.featurizer, FeaturizerKind::HashedTfidf);
     // An embedding for a text-clustered org is a clear error, not a guess.
     assert!(matches!(
-        fit.model.assign(&FailureInput::Embedding(vec![1.0, 0.0, 0.0])),
+        fit.model
+            .assign(&FailureInput::Embedding(vec![1.0, 0.0, 0.0])),
         Err(ClusterError::NoEmbeddingModel { .. })
     ));
     // With failures alongside, the failures place it.
@@ -248,9 +249,18 @@ fn empty_and_degenerate_input() {
         Err(ClusterError::EmptyInput)
     ));
     for bad in [
-        ClusterOptions { dims: 1, ..o.clone() },
-        ClusterOptions { dims: 65, ..o.clone() },
-        ClusterOptions { k: Some(0), ..o.clone() },
+        ClusterOptions {
+            dims: 1,
+            ..o.clone()
+        },
+        ClusterOptions {
+            dims: 65,
+            ..o.clone()
+        },
+        ClusterOptions {
+            k: Some(0),
+            ..o.clone()
+        },
     ] {
         assert!(matches!(
             fit_org("acme", &one, &Previous::default(), &bad),

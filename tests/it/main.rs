@@ -6,6 +6,8 @@ mod helpers;
 
 /// `arc-rec` the binary: exit codes and messages people see.
 mod cli;
+/// Failure clustering on a simulated world: quality, stable ids, request-time placement.
+mod cluster;
 /// Export: reward rules on hand-made rows, filters, formats, atomic output.
 mod export;
 /// Ingest: the contract examples, idempotency, bad input naming line and field.
