@@ -23,7 +23,7 @@ pub(crate) fn match_by_cost(
     threshold: f64,
     cost: impl Fn(usize, usize) -> f64,
 ) -> Vec<Option<usize>> {
-    if new == 0 || old == 0 || !(threshold > 0.0) {
+    if new == 0 || old == 0 || threshold.is_nan() || threshold <= 0.0 {
         return vec![None; new];
     }
     let cap = (threshold * SCALE).round() as i64 + 1;

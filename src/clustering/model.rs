@@ -503,7 +503,7 @@ pub(crate) fn normalized_embedding(
         .map(|&v| f64::from(v) * f64::from(v))
         .sum::<f64>()
         .sqrt();
-    if !(norm > 0.0) {
+    if norm.is_nan() || norm <= 0.0 {
         return Err(ClusterError::ZeroEmbedding);
     }
     Ok(embedding.iter().map(|&v| f64::from(v) / norm).collect())

@@ -265,7 +265,7 @@ fn dense_components(x: &Array2<f64>, k: usize) -> Result<(Array2<f64>, Vec<f64>)
     let mut variances = Vec::with_capacity(k);
     for (row, &i) in order.iter().take(k).enumerate() {
         let value = values[i];
-        if !(value > 1e-12) {
+        if value.is_nan() || value <= 1e-12 {
             break;
         }
         if by_features {
