@@ -47,6 +47,8 @@ pub enum Command {
     /// Create, list and revoke API keys.
     #[command(subcommand)]
     Keys(crate::commands::keys::KeysCommand),
+    /// Cluster failure patterns per organization (stable ids; the bandit's failure context).
+    Cluster(crate::commands::cluster::ClusterArgs),
     /// Manage the embedded Postgres cluster under --data-dir.
     #[command(subcommand)]
     Db(DbCommand),

@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod candidates;
 pub mod cli;
+pub mod clustering;
 pub mod commands;
 pub mod domain;
 pub mod export;

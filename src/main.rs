@@ -110,6 +110,7 @@ async fn dispatch(
         Command::Ingest(args) => commands::ingest::run(args, database, metrics).await,
         Command::Export(args) => commands::export::run(args, database, metrics).await,
         Command::Keys(keys) => commands::keys::run(keys, database).await,
+        Command::Cluster(args) => commands::cluster::run(args, database).await,
         Command::Bench(bench) => commands::bench::run(bench, database).await,
         // Both are run by `run_command` itself (no database, or their own signal handling).
         Command::Serve(_) | Command::Db(_) => anyhow::bail!("not dispatched here"),

@@ -4,6 +4,7 @@
 pub mod analytics;
 pub mod api_keys;
 pub mod candidate_stats;
+pub mod clusters;
 pub mod decisions;
 pub mod embedded;
 pub mod export_rows;

@@ -10,6 +10,8 @@ mod api;
 mod candidates;
 /// `arc-rec` the binary: exit codes and messages people see.
 mod cli;
+/// Failure clustering on a simulated world: quality, stable ids, request-time placement.
+mod cluster;
 /// The decision log and feedback storage.
 mod decisions;
 /// Export: reward rules on hand-made rows, filters, formats, atomic output.
