@@ -18,6 +18,8 @@ use crate::storage::export_rows::{ExportFilter, export_sql};
 pub enum BenchCommand {
     /// Export throughput against `psql \copy` of the same rows from the same database.
     Export(BenchExportArgs),
+    /// Thompson sampling against random, heuristic order and the oracle in the synthetic world.
+    Bandit(BenchBanditArgs),
     /// Open-loop HTTP load at a fixed rate against a running server (one JSON line of results).
     Load(crate::commands::load::LoadArgs),
 }
@@ -33,10 +35,37 @@ pub struct BenchExportArgs {
     pub json: bool,
 }
 
+/// Arguments of `arc-rec bench bandit`.
+#[derive(Debug, Args)]
+pub struct BenchBanditArgs {
+    /// Decision rounds (one failure context, one shown recommendation, one answer each).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub rounds: u64,
+    /// Seed of the world (its history and its contexts) and of the policies.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Rounds reported (the last ones).
+    #[arg(long, default_value_t = 5_000)]
+    pub last: u64,
+    /// Posterior scale v of the Thompson draws (smaller explores less).
+    #[arg(long, default_value_t = crate::recommend::features::NOISE_SCALE)]
+    pub noise_scale: f64,
+    /// Share of requests ranked uniformly at random (the propensity floor).
+    #[arg(long, default_value_t = bandit::PolicyConfig::default().epsilon)]
+    pub epsilon: f64,
+    /// Feedback is applied in batches of this many rounds.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub feedback_batch: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Runs a benchmark.
 pub async fn run(command: &BenchCommand, database: &Database) -> anyhow::Result<()> {
     match command {
         BenchCommand::Export(args) => bench_export(args, database).await,
+        BenchCommand::Bandit(args) => bench_bandit(args, database).await,
         // A pure client; `main` runs it without opening a database.
         BenchCommand::Load(_) => anyhow::bail!("`bench load` needs no database"),
     }
@@ -181,4 +210,125 @@ pub fn peak_rss_mb() -> f64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Outcomes in the benchmark world's history (what the candidate statistics are computed from).
+const BANDIT_WORLD_OUTCOMES: usize = 20_000;
+
+async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Result<()> {
+    use std::collections::HashMap;
+
+    use crate::recommend::benchmark::{BanditBenchConfig, run};
+    use crate::storage::candidate_stats::CandidateStats;
+    use crate::world::{Environment, World, WorldParams};
+
+    let world = World::new(WorldParams {
+        seed: args.seed,
+        outcomes: BANDIT_WORLD_OUTCOMES,
+        ..WorldParams::default()
+    })?;
+    // The world's history lives in a database of its own on the same server, made once per seed.
+    let name = format!("arc_rec_bench_world_{}", args.seed);
+    let admin = database.connect_options().clone().database("postgres");
+    crate::storage::create_database_if_missing(&admin, &name).await?;
+    let bench_db = Database::open_with(
+        database.connect_options().clone().database(&name),
+        String::new(),
+        database.psql().to_path_buf(),
+    )
+    .await?;
+    bench_db.migrate().await?;
+    let outcomes: i64 = crate::storage::record_writer::table_counts(bench_db.pool())
+        .await?
+        .get(&crate::domain::RecordKind::Outcome)
+        .copied()
+        .unwrap_or(0);
+    if outcomes == 0 {
+        eprintln!(
+            "loading the world's history (seed {}) into database {name}...",
+            args.seed
+        );
+        let mut writer =
+            crate::storage::record_writer::RecordWriter::begin(bench_db.pool()).await?;
+        for record in world.history() {
+            writer.push(&record).await?;
+        }
+        writer.commit().await?;
+    }
+    let mut indexes = HashMap::new();
+    for org in &world.params().orgs {
+        indexes.insert(
+            org.clone(),
+            CandidateStats::load(bench_db.pool(), org).await?,
+        );
+    }
+    bench_db.close().await?;
+
+    let thompson = |model| bandit::PolicyConfig {
+        model,
+        noise_scale: args.noise_scale,
+        epsilon: args.epsilon,
+        ..crate::recommend::features::policy_config()
+    };
+    let config = BanditBenchConfig {
+        rounds: usize::try_from(args.rounds)?,
+        seed: args.seed,
+        report_last: usize::try_from(args.last)?,
+        feedback_batch: usize::try_from(args.feedback_batch)?,
+        thompson: vec![
+            (
+                "thompson (linear)".to_owned(),
+                thompson(bandit::ModelKind::Linear),
+            ),
+            (
+                "thompson (logistic)".to_owned(),
+                thompson(bandit::ModelKind::Logistic),
+            ),
+        ],
+    };
+    let environment = Environment::new(&world);
+    let started = Instant::now();
+    let report =
+        tokio::task::spawn_blocking(move || run(&environment, &indexes, &config)).await??;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
+    println!(
+        "{} rounds, seed {}, {:.1} candidates per context; last {} rounds ({:.0} s)",
+        report.rounds,
+        report.seed,
+        report.mean_candidates,
+        report.reported_rounds,
+        started.elapsed().as_secs_f64()
+    );
+    let baseline = |name: &str| {
+        report
+            .policies
+            .iter()
+            .find(|p| p.policy == name)
+            .map_or(f64::NAN, |p| p.acceptance_rate)
+    };
+    let (random, oracle) = (baseline("uniform random"), baseline("oracle"));
+    println!(
+        "{:<22} {:>11} {:>12} {:>10} {:>10} {:>14}",
+        "policy", "acceptance", "reliability", "x random", "x oracle", "acceptance(all)"
+    );
+    for p in &report.policies {
+        println!(
+            "{:<22} {:>11.3} {:>12.4} {:>10.2} {:>10.2} {:>14.3}",
+            p.policy,
+            p.acceptance_rate,
+            p.reliability_gain,
+            p.acceptance_rate / random,
+            p.acceptance_rate / oracle,
+            p.acceptance_rate_all
+        );
+    }
+    println!("goal: thompson >= 2x random and >= 0.85x oracle");
+    println!(
+        "bandit alone: {:.0} decisions/s (rank of ~{:.0} candidates)",
+        report.thompson_decisions_per_s, report.mean_candidates
+    );
+    Ok(())
 }

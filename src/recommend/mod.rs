@@ -1,4 +1,7 @@
 //! Serving recommendations: placing a failure context, generating candidates, ranking them with
 //! the bandit, logging the decision durably, and learning from feedback. HTTP-free.
 
+pub mod benchmark;
 pub mod decision_writer;
+pub mod engine;
+pub mod features;

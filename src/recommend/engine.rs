@@ -1,0 +1,148 @@
+//! One recommendation, without IO: generate candidates for a failure context, build the bandit's
+//! features, rank with one posterior draw, and return what to show and what to log.
+
+use bandit::{Ranking, ThompsonPolicy};
+use serde_json::Value;
+
+use super::features::{candidate_vector, context_vector};
+use crate::candidates::{
+    CandidateIndex, CandidateRequest, ConfigView, FailureObservation, SignalProfile,
+    candidate_features, config_features, generate,
+};
+use crate::domain::Candidate;
+
+/// A failure context to recommend for.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RecommendInput {
+    pub current_config: Value,
+    pub failures: Vec<FailureObservation>,
+    /// The failure cluster's id, when the context was placed in one.
+    pub cluster_key: Option<String>,
+    /// The cluster embedding reduced by the organization's clustering model.
+    pub reduced_embedding: Option<Vec<f64>>,
+    pub user_role: Option<String>,
+    pub domain: Option<String>,
+    /// How many recommendations to show.
+    pub k: usize,
+    pub max_cost_increase_usd_per_run: Option<f64>,
+    /// Candidates from the recommender model, ranked alongside the heuristics'.
+    pub model_candidates: Vec<Candidate>,
+}
+
+/// One shown recommendation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shown {
+    pub candidate: Candidate,
+    pub item: bandit::RankedItem,
+    /// The candidate block c it was ranked with.
+    pub features: Vec<f64>,
+}
+
+/// Everything a recommendation produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecommendOutput {
+    /// The context vector z.
+    pub context: Vec<f64>,
+    /// Every candidate considered, in generation order, with its features c.
+    pub candidates: Vec<(Candidate, Vec<f64>)>,
+    pub ranking: Ranking,
+    /// The shown recommendations, best first.
+    pub shown: Vec<Shown>,
+}
+
+/// Why no ranking could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum RecommendError {
+    /// The bandit refused the features (a bug in their construction, or a corrupt state).
+    #[error(transparent)]
+    Bandit(#[from] bandit::BanditError),
+}
+
+/// A context's features and candidate set, before ranking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prepared {
+    /// The context vector z.
+    pub context: Vec<f64>,
+    /// Every candidate, in generation order (highest expected reliability gain first), with c.
+    pub candidates: Vec<(Candidate, Vec<f64>)>,
+}
+
+/// Generates the candidates and builds the features.
+pub fn prepare(index: &CandidateIndex, input: &RecommendInput) -> Prepared {
+    let request = CandidateRequest {
+        failures: input.failures.clone(),
+        cluster_key: input.cluster_key.clone(),
+        max_cost_increase_usd_per_run: input.max_cost_increase_usd_per_run,
+        model_candidates: input.model_candidates.clone(),
+        ..CandidateRequest::new(input.current_config.clone())
+    };
+    let signals = SignalProfile::of(&request, &ConfigView::of(&input.current_config));
+    let context = context_vector(
+        &signals,
+        input.reduced_embedding.as_deref(),
+        &config_features(&input.current_config, index),
+        input.user_role.as_deref(),
+        input.domain.as_deref(),
+    );
+    let candidates = generate(index, &request)
+        .into_iter()
+        .map(|c| {
+            let features = candidate_vector(&candidate_features(&c, &input.current_config));
+            (c, features)
+        })
+        .collect();
+    Prepared {
+        context,
+        candidates,
+    }
+}
+
+/// Ranks prepared candidates with one posterior draw; `seed` makes it reproducible (logged).
+pub fn rank(
+    policy: &ThompsonPolicy,
+    prepared: Prepared,
+    k: usize,
+    seed: u64,
+) -> Result<RecommendOutput, RecommendError> {
+    let Prepared {
+        context,
+        candidates,
+    } = prepared;
+    let vectors: Vec<&[f64]> = candidates.iter().map(|(_, f)| f.as_slice()).collect();
+    let ranking = if vectors.is_empty() {
+        Ranking {
+            items: vec![],
+            explored: false,
+            draw: 0,
+            bank_seed: 0,
+            propensities: vec![],
+        }
+    } else {
+        policy.rank_seeded(&context, &vectors, k, seed)?
+    };
+    let shown = ranking
+        .items
+        .iter()
+        .map(|item| Shown {
+            candidate: candidates[item.candidate].0.clone(),
+            item: item.clone(),
+            features: candidates[item.candidate].1.clone(),
+        })
+        .collect();
+    Ok(RecommendOutput {
+        context,
+        candidates,
+        ranking,
+        shown,
+    })
+}
+
+/// [`prepare`] then [`rank`].
+pub fn recommend(
+    policy: &ThompsonPolicy,
+    index: &CandidateIndex,
+    input: &RecommendInput,
+    seed: u64,
+) -> Result<RecommendOutput, RecommendError> {
+    rank(policy, prepare(index, input), input.k, seed)
+}
