@@ -82,7 +82,7 @@ pub fn run(
 ) -> Result<BanditBenchReport, RecommendError> {
     let mut runners = Vec::new();
     for (i, (name, policy_config)) in config.thompson.iter().enumerate() {
-        let mut policy = ThompsonPolicy::new(layout(), policy_config.clone())?;
+        let mut policy = ThompsonPolicy::new(layout(), *policy_config)?;
         policy.refresh_bank_seeded(config.seed ^ 0x5eed);
         runners.push(runner(
             name,
