@@ -11,6 +11,8 @@ use utoipa::ToSchema;
 use crate::auth::{AuthError, Permission, Role};
 use crate::domain::FieldError;
 use crate::ingest::IngestError;
+use crate::recommend::decision_writer::DecisionWriteError;
+use crate::recommend::service::ServeError;
 use crate::storage::StorageError;
 
 /// Everything a request can fail with.
@@ -170,6 +172,28 @@ impl From<StorageError> for ApiError {
             | StorageError::Migrate(_)
             | StorageError::Query { .. }
             | StorageError::Task(_) => ApiError::Internal(anyhow::Error::new(err)),
+        }
+    }
+}
+
+impl From<ServeError> for ApiError {
+    fn from(err: ServeError) -> Self {
+        match err {
+            ServeError::Context { field, message } => ApiError::invalid(field, message),
+            ServeError::UnknownRecommendation {
+                event_id,
+                recommendation_id,
+            } => ApiError::NotFound(format!(
+                "no recommendation {recommendation_id} was shown in event {event_id} of this organization"
+            )),
+            ServeError::Storage(storage) => storage.into(),
+            ServeError::Log(DecisionWriteError::Stopped) => {
+                ApiError::Unavailable("shutting down".into())
+            }
+            ServeError::Cluster(_)
+            | ServeError::Rank(_)
+            | ServeError::Log(_)
+            | ServeError::Poisoned => ApiError::Internal(anyhow::Error::new(err)),
         }
     }
 }

@@ -94,6 +94,8 @@ fn routes_config(config: &mut utoipa_actix_web::service_config::ServiceConfig<'_
         .service(routes::health::readyz)
         .service(routes::health::metrics)
         .service(routes::health::openapi)
+        .service(routes::recommendations::post_recommendations)
+        .service(routes::feedback::post_feedback)
         .service(routes::trajectories::post_trajectories)
         .service(routes::analytics::acceptance);
 }

@@ -6,6 +6,7 @@ use clap::Args;
 use crate::api::state::AppState;
 use crate::api::{Application, DEFAULT_BODY_LIMIT, ServerSettings};
 use crate::auth::KeyCache;
+use crate::recommend::service::Serving;
 use crate::storage::Database;
 
 /// Arguments of `arc-rec serve`.
@@ -31,7 +32,11 @@ pub async fn run(
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
+    let serving = Serving::start(database.pool().clone())
+        .await
+        .context("cannot load the serving state")?;
     let state = AppState {
+        serving,
         pool: database.pool().clone(),
         keys: KeyCache::default(),
         metrics: metrics.clone(),

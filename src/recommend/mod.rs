@@ -5,3 +5,4 @@ pub mod benchmark;
 pub mod decision_writer;
 pub mod engine;
 pub mod features;
+pub mod service;

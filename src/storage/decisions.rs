@@ -194,23 +194,76 @@ pub struct LearnableFeedback {
     pub candidate_features: Option<Vec<f32>>,
 }
 
+const LEARNABLE_SQL: &str = "SELECT f.org_id, f.event_id, f.recommendation_id, f.outcome, f.reliability_delta, f.received_at,
+        l.created_at AS decided_at, l.policy_version, l.context_features, i.candidate_features
+ FROM feedback f
+ JOIN decision_items i ON i.org_id = f.org_id AND i.event_id = f.event_id AND i.recommendation_id = f.recommendation_id
+ JOIN decision_log l ON l.org_id = f.org_id AND l.event_id = f.event_id";
+
 /// Feedback received at or after `since` (all of it when `None`), oldest first, with the
 /// logged features it applies to.
 pub async fn feedback_since(
     pool: &PgPool,
     since: Option<DateTime<Utc>>,
 ) -> Result<Vec<LearnableFeedback>, StorageError> {
-    sqlx::query_as(
-        "SELECT f.org_id, f.event_id, f.recommendation_id, f.outcome, f.reliability_delta, f.received_at,
-                l.created_at AS decided_at, l.policy_version, l.context_features, i.candidate_features
-         FROM feedback f
-         JOIN decision_items i ON i.org_id = f.org_id AND i.event_id = f.event_id AND i.recommendation_id = f.recommendation_id
-         JOIN decision_log l ON l.org_id = f.org_id AND l.event_id = f.event_id
-         WHERE $1::timestamptz IS NULL OR f.received_at >= $1
-         ORDER BY f.received_at, f.event_id, f.recommendation_id, f.outcome",
-    )
+    sqlx::query_as(&format!(
+        "{LEARNABLE_SQL} WHERE $1::timestamptz IS NULL OR f.received_at >= $1
+         ORDER BY f.received_at, f.event_id, f.recommendation_id, f.outcome"
+    ))
     .bind(since)
     .fetch_all(pool)
     .await
     .context("read feedback")
+}
+
+/// The feedback stored for one shown recommendation, with its features.
+pub async fn feedback_for(
+    pool: &PgPool,
+    org: &str,
+    event_id: Uuid,
+    recommendation_id: &str,
+) -> Result<Vec<LearnableFeedback>, StorageError> {
+    sqlx::query_as(&format!(
+        "{LEARNABLE_SQL} WHERE f.org_id = $1 AND f.event_id = $2 AND f.recommendation_id = $3
+         ORDER BY f.received_at, f.outcome"
+    ))
+    .bind(org)
+    .bind(event_id)
+    .bind(recommendation_id)
+    .fetch_all(pool)
+    .await
+    .context("read feedback of a recommendation")
+}
+
+/// A failure of a stored outcome, as the recommendation API places contexts by `outcome_ids`.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct StoredFailure {
+    pub outcome_id: String,
+    pub failure_category: String,
+    pub error_message: String,
+    /// The first failing tool call's tool, if any.
+    pub tool_name: Option<String>,
+}
+
+/// The failure patterns of `org`'s outcomes `ids` (unknown ids are simply absent).
+pub async fn failures_of_outcomes(
+    pool: &PgPool,
+    org: &str,
+    ids: &[String],
+) -> Result<Vec<StoredFailure>, StorageError> {
+    sqlx::query_as(
+        "SELECT fp.outcome_id, fp.failure_category, fp.error_message,
+                (SELECT tc ->> 'tool_name' FROM jsonb_array_elements(o.trajectory -> 'tool_calls') tc
+                 WHERE tc -> 'success' = 'false'::jsonb LIMIT 1) AS tool_name
+         FROM failure_patterns fp
+         JOIN outcomes o ON o.org_id = fp.org_id AND o.outcome_id = fp.outcome_id
+         WHERE fp.org_id = $1 AND fp.outcome_id = ANY($2)
+         ORDER BY fp.outcome_id, fp.pattern_id
+         LIMIT 200",
+    )
+    .bind(org)
+    .bind(ids)
+    .fetch_all(pool)
+    .await
+    .context("read failures of outcomes")
 }

@@ -229,7 +229,11 @@ pub async fn spawn_app_with_limit(body_limit: usize) -> TestApp {
     let platform_key = key(Role::Platform).await.unwrap().token;
     let analyst_key = key(Role::Analyst).await.unwrap().token;
     let admin_key = key(Role::Admin).await.unwrap().token;
+    let serving = arc_rec::recommend::service::Serving::start(db.pool().clone())
+        .await
+        .expect("serving state");
     let state = arc_rec::api::state::AppState {
+        serving,
         pool: db.pool().clone(),
         keys: KeyCache::default(),
         metrics: telemetry::Metrics::new("arc_rec_test").expect("metrics"),

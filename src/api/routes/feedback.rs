@@ -1,0 +1,92 @@
+//! `POST /v1/feedback`: what happened to a shown recommendation. Idempotent; may arrive days
+//! later and at any replica.
+
+use actix_web::{HttpRequest, HttpResponse, post, web};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::api::body::read_json;
+use crate::api::error::ApiError;
+use crate::api::extract::Caller;
+use crate::api::state::AppState;
+use crate::auth::Permission;
+use crate::domain::FieldErrors;
+use crate::storage::decisions::{FeedbackOutcome, FeedbackRecord};
+
+/// Feedback on one recommendation.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackRequest {
+    pub event_id: Uuid,
+    pub recommendation_id: String,
+    /// `accepted`, `rejected` or `applied`.
+    pub outcome: FeedbackOutcome,
+    /// Reliability change measured after applying it (−1 to 1).
+    #[serde(default)]
+    pub reliability_delta: Option<f64>,
+    /// A 1–5 rating.
+    #[serde(default)]
+    pub feedback_score: Option<i32>,
+}
+
+/// Whether this feedback was new.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FeedbackResponse {
+    /// False when the same feedback was already stored (nothing changed).
+    pub stored: bool,
+}
+
+/// Record feedback (platform keys). 201 when stored, 200 when it was already there; both mean
+/// it is durable.
+#[utoipa::path(
+    tag = "recommendations",
+    request_body = FeedbackRequest,
+    responses(
+        (status = 201, body = FeedbackResponse), (status = 200, body = FeedbackResponse),
+        (status = 401, body = crate::api::error::ErrorBody), (status = 403, body = crate::api::error::ErrorBody),
+        (status = 404, body = crate::api::error::ErrorBody), (status = 422, body = crate::api::error::ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+#[post("/v1/feedback")]
+pub async fn post_feedback(
+    caller: Caller,
+    request: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let principal = caller.require(Permission::Feedback)?;
+    let body: FeedbackRequest = read_json(&request, payload, state.body_limit).await?;
+    let mut errors = FieldErrors::default();
+    errors.check_id("recommendation_id", &body.recommendation_id);
+    if let Some(delta) = body.reliability_delta {
+        errors.check_range("reliability_delta", delta, -1.0, 1.0);
+    }
+    if let Some(score) = body.feedback_score
+        && !(1..=5).contains(&score)
+    {
+        errors.push(
+            "feedback_score",
+            format!("must be between 1 and 5, got {score}"),
+        );
+    }
+    errors.finish().map_err(ApiError::Invalid)?;
+    let stored = state
+        .serving
+        .feedback(FeedbackRecord {
+            org_id: principal.org.as_str().to_owned(),
+            event_id: body.event_id,
+            recommendation_id: body.recommendation_id,
+            outcome: body.outcome,
+            reliability_delta: body.reliability_delta,
+            feedback_score: body.feedback_score,
+        })
+        .await?;
+    let mut response = if stored {
+        HttpResponse::Created()
+    } else {
+        HttpResponse::Ok()
+    };
+    Ok(response.json(FeedbackResponse { stored }))
+}

@@ -1,0 +1,246 @@
+//! `POST /v1/recommendations`: ranked configuration changes for a failure context.
+
+use std::collections::BTreeMap;
+
+use actix_web::{HttpRequest, post, web};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::api::body::read_json;
+use crate::api::error::ApiError;
+use crate::api::extract::Caller;
+use crate::api::state::AppState;
+use crate::auth::Permission;
+use crate::candidates::FailureObservation;
+use crate::domain::FieldErrors;
+use crate::domain::agent_config::validate_config;
+use crate::recommend::service::RecommendationQuery;
+
+/// Most recommendations one request may ask for.
+pub const MAX_K: usize = 20;
+
+/// A recommendation request (see CONTRACTS.md).
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecommendationRequest {
+    pub failure_context: FailureContextBody,
+    /// The agent configuration that failed (model, temperature, tools, retry, timeout_s, ...).
+    #[schema(value_type = Object)]
+    pub current_config: Value,
+    #[serde(default)]
+    pub user_context: UserContextBody,
+    /// How many recommendations (1–20, default 3).
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// Hard cap on the expected cost increase per run, in USD.
+    #[serde(default)]
+    pub max_cost_increase_usd_per_run: Option<f64>,
+}
+
+/// Where the failure is; any one of the three fields is enough.
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FailureContextBody {
+    /// The failure cluster's embedding (the organization's fixed dimension, e.g. 1536).
+    #[serde(default)]
+    pub failure_cluster_embedding: Option<Vec<f32>>,
+    #[serde(default)]
+    pub failures: Vec<FailureBody>,
+    /// Stored outcomes whose failure patterns describe the context.
+    #[serde(default)]
+    pub outcome_ids: Vec<String>,
+}
+
+/// One observed failure.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FailureBody {
+    pub failure_category: String,
+    pub error_message: String,
+    #[serde(default)]
+    pub tool_name: Option<String>,
+    #[serde(default)]
+    pub error_code: Option<String>,
+}
+
+/// Who will decide.
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UserContextBody {
+    #[serde(default)]
+    pub user_role: Option<String>,
+    #[serde(default)]
+    pub domain: Option<String>,
+}
+
+/// The ranked recommendations; the decision is durably logged when this is returned.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RecommendationResponse {
+    /// Send it back with feedback.
+    pub event_id: Uuid,
+    pub policy_version: String,
+    /// The failure cluster the context was placed in, if any.
+    pub cluster_id: Option<String>,
+    pub recommendations: Vec<RecommendationBody>,
+}
+
+/// One recommendation.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RecommendationBody {
+    pub recommendation_id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// JSON Merge Patch over the current configuration.
+    #[schema(value_type = Object)]
+    pub diff: Value,
+    pub description: String,
+    pub expected_reliability_delta: f64,
+    pub expected_cost_delta_usd: f64,
+    pub evidence_count: u32,
+    /// The bandit's sampled score for this context.
+    pub score: f64,
+    /// Probability that the policy shows this recommendation at this position.
+    pub propensity: f64,
+    pub explanation: ExplanationBody,
+}
+
+/// Why this score.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExplanationBody {
+    /// Each feature group's share of the score: `cluster`, `config`, `user`, `candidate`.
+    pub contributions: BTreeMap<String, f64>,
+    /// Posterior standard deviation of the score.
+    pub posterior_sd: f64,
+}
+
+impl RecommendationRequest {
+    /// Checks what types cannot, naming each bad field.
+    fn into_query(self) -> Result<RecommendationQuery, ApiError> {
+        let raw = serde_json::to_value(&self).map_err(|e| ApiError::Internal(e.into()))?;
+        let mut errors = FieldErrors::default();
+        let context = &self.failure_context;
+        if context.failure_cluster_embedding.is_none()
+            && context.failures.is_empty()
+            && context.outcome_ids.is_empty()
+        {
+            errors.push(
+                "failure_context",
+                "give at least one of failure_cluster_embedding, failures or outcome_ids",
+            );
+        }
+        if let Some(embedding) = &context.failure_cluster_embedding {
+            if embedding.is_empty() || embedding.len() > 16_384 {
+                errors.push(
+                    "failure_context.failure_cluster_embedding",
+                    format!("must have 1 to 16384 values, got {}", embedding.len()),
+                );
+            } else if let Some(i) = embedding.iter().position(|v| !v.is_finite()) {
+                errors.push(
+                    &format!("failure_context.failure_cluster_embedding[{i}]"),
+                    "must be a finite number",
+                );
+            }
+        }
+        if context.failures.len() > 100 {
+            errors.push("failure_context.failures", "at most 100 failures");
+        }
+        if context.outcome_ids.len() > 100 {
+            errors.push("failure_context.outcome_ids", "at most 100 outcome ids");
+        }
+        let mut config_errors = FieldErrors::with_prefix("current_config");
+        validate_config(&self.current_config, &mut config_errors);
+        for error in config_errors.into_vec() {
+            errors.push(&error.field, error.message);
+        }
+        let k = self.k.unwrap_or(3);
+        if !(1..=MAX_K).contains(&k) {
+            errors.push("k", format!("must be between 1 and {MAX_K}, got {k}"));
+        }
+        if let Some(cap) = self.max_cost_increase_usd_per_run {
+            errors.check_non_negative("max_cost_increase_usd_per_run", cap);
+        }
+        let errors = errors.into_vec();
+        if !errors.is_empty() {
+            return Err(ApiError::Invalid(errors));
+        }
+        Ok(RecommendationQuery {
+            embedding: self.failure_context.failure_cluster_embedding,
+            failures: self
+                .failure_context
+                .failures
+                .into_iter()
+                .map(|f| FailureObservation {
+                    failure_category: Some(f.failure_category),
+                    error_message: Some(f.error_message),
+                    tool_name: f.tool_name,
+                    error_code: f.error_code,
+                })
+                .collect(),
+            outcome_ids: self.failure_context.outcome_ids,
+            current_config: self.current_config,
+            user_role: self.user_context.user_role,
+            domain: self.user_context.domain,
+            k,
+            max_cost_increase_usd_per_run: self.max_cost_increase_usd_per_run,
+            raw,
+        })
+    }
+}
+
+/// Recommend configuration changes for a failure context (platform keys).
+#[utoipa::path(
+    tag = "recommendations",
+    request_body = RecommendationRequest,
+    responses(
+        (status = 200, body = RecommendationResponse),
+        (status = 400, body = crate::api::error::ErrorBody), (status = 401, body = crate::api::error::ErrorBody),
+        (status = 403, body = crate::api::error::ErrorBody), (status = 413, body = crate::api::error::ErrorBody),
+        (status = 422, body = crate::api::error::ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+#[post("/v1/recommendations")]
+pub async fn post_recommendations(
+    caller: Caller,
+    request: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<web::Json<RecommendationResponse>, ApiError> {
+    let principal = caller.require(Permission::Recommend)?;
+    let body: RecommendationRequest = read_json(&request, payload, state.body_limit).await?;
+    let query = body.into_query()?;
+    let answer = state
+        .serving
+        .recommend(principal.org.as_str(), query)
+        .await?;
+    Ok(web::Json(RecommendationResponse {
+        event_id: answer.event_id,
+        policy_version: answer.policy_version,
+        cluster_id: answer.cluster_id,
+        recommendations: answer
+            .recommendations
+            .into_iter()
+            .map(|served| {
+                let candidate = served.shown.candidate;
+                let item = served.shown.item;
+                RecommendationBody {
+                    recommendation_id: served.recommendation_id,
+                    kind: candidate.recommendation_type.as_str().to_owned(),
+                    diff: candidate.diff,
+                    description: candidate.description,
+                    expected_reliability_delta: candidate.expected_reliability_delta,
+                    expected_cost_delta_usd: candidate.expected_cost_delta_usd,
+                    evidence_count: candidate.evidence_count,
+                    score: item.score,
+                    propensity: item.propensity,
+                    explanation: ExplanationBody {
+                        contributions: item.explanation.contributions,
+                        posterior_sd: item.explanation.posterior_sd,
+                    },
+                }
+            })
+            .collect(),
+    }))
+}

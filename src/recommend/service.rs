@@ -1,0 +1,516 @@
+//! The serving state: per organization, the candidate statistics, the cluster model and the
+//! published bandit policy; a learner task per organization that applies feedback; and a
+//! poller that picks up feedback other replicas stored, so every replica converges on the same
+//! posterior (the linear model's updates commute, so arrival order does not matter).
+//!
+//! Requests read an immutable `Arc<ThompsonPolicy>` snapshot and never wait for learning; the
+//! learner applies observations in small batches, refreshes the posterior draws, and publishes
+//! a new snapshot.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bandit::{Observation, ThompsonPolicy};
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use super::decision_writer::{DecisionWriteError, DecisionWriter};
+use super::engine::{RecommendError, RecommendInput, Shown, prepare, rank};
+use super::features::{layout, policy_config};
+use crate::candidates::{CandidateIndex, FailureObservation, provider_of};
+use crate::clustering::{ClusterError, ClusterModel, FailureInput, FailureText};
+use crate::storage::StorageError;
+use crate::storage::candidate_stats::{CandidateStats, load_model_candidates};
+use crate::storage::decisions::{
+    DecisionItemRecord, DecisionRecord, FeedbackOutcome, FeedbackRecord, FeedbackStored,
+    LearnableFeedback, failures_of_outcomes, feedback_for, feedback_since, insert_feedback,
+};
+
+/// How often replicas look for each other's feedback.
+const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Feedback rows are re-read this far back on every poll: `received_at` is set at insert, and a
+/// row may commit a little after a later row; re-reading a window (and skipping what was
+/// applied) catches it.
+const POLL_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
+/// The learner publishes at most this often.
+const PUBLISH_INTERVAL: Duration = Duration::from_millis(200);
+
+/// A failure context to recommend for, validated.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RecommendationQuery {
+    pub embedding: Option<Vec<f32>>,
+    pub failures: Vec<FailureObservation>,
+    pub outcome_ids: Vec<String>,
+    pub current_config: Value,
+    pub user_role: Option<String>,
+    pub domain: Option<String>,
+    pub k: usize,
+    pub max_cost_increase_usd_per_run: Option<f64>,
+    /// The request as received, for the decision log.
+    pub raw: Value,
+}
+
+/// A served recommendation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Served {
+    pub recommendation_id: String,
+    pub shown: Shown,
+}
+
+/// The answer to a recommendation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecommendationAnswer {
+    pub event_id: Uuid,
+    pub policy_version: String,
+    pub cluster_id: Option<String>,
+    pub recommendations: Vec<Served>,
+}
+
+/// Why a request could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The context could not be placed (wrong embedding dimension, unknown outcomes...).
+    #[error("{field}: {message}")]
+    Context { field: String, message: String },
+    /// No such event or recommendation in this organization.
+    #[error("no recommendation {recommendation_id} in event {event_id}")]
+    UnknownRecommendation {
+        event_id: Uuid,
+        recommendation_id: String,
+    },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error(transparent)]
+    Cluster(ClusterError),
+    #[error(transparent)]
+    Rank(#[from] RecommendError),
+    #[error(transparent)]
+    Log(#[from] DecisionWriteError),
+    /// A lock holder panicked; the state may be inconsistent.
+    #[error("serving state lock poisoned")]
+    Poisoned,
+}
+
+/// One organization's serving state.
+struct OrgServing {
+    policy: RwLock<Arc<ThompsonPolicy>>,
+    index: RwLock<Arc<CandidateIndex>>,
+    clusters: RwLock<Option<Arc<ClusterModel>>>,
+    learner: mpsc::UnboundedSender<Observation>,
+}
+
+/// The serving state of every organization.
+pub struct Serving {
+    pool: PgPool,
+    writer: DecisionWriter,
+    policy_version: String,
+    orgs: RwLock<HashMap<String, Arc<OrgServing>>>,
+    /// (event, recommendation) pairs already learned from: the first answer about a shown item
+    /// is the one the bandit learns.
+    learned: Mutex<HashSet<(Uuid, String)>>,
+}
+
+impl std::fmt::Debug for Serving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Serving")
+            .field("policy_version", &self.policy_version)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The policy version: the model, its configuration and the feature layout, hashed, so every
+/// replica and restart of the same code reports the same version.
+pub fn policy_version() -> String {
+    use sha2::Digest;
+    let description = format!("{:?}|{:?}", layout(), policy_config());
+    let digest = sha2::Sha256::digest(description.as_bytes());
+    format!("ts-linear-{}", hex::encode(&digest[..4]))
+}
+
+impl Serving {
+    /// Loads every organization's statistics and cluster model, rebuilds the bandit from all
+    /// stored feedback, and starts the learners and the feedback poller.
+    pub async fn start(pool: PgPool) -> Result<Arc<Self>, ServeError> {
+        let serving = Arc::new(Self {
+            writer: DecisionWriter::spawn(pool.clone()),
+            pool,
+            policy_version: policy_version(),
+            orgs: RwLock::new(HashMap::new()),
+            learned: Mutex::new(HashSet::new()),
+        });
+        let history = feedback_since(&serving.pool, None).await?;
+        let watermark = history.iter().map(|f| f.received_at).max();
+        for feedback in history {
+            serving.learn(feedback).await?;
+        }
+        tokio::spawn(poll_feedback(Arc::downgrade(&serving), watermark));
+        Ok(serving)
+    }
+
+    /// The policy version reported with every decision.
+    pub fn policy_version(&self) -> &str {
+        &self.policy_version
+    }
+
+    /// The organization's state, loading it on first use.
+    async fn org(&self, org: &str) -> Result<Arc<OrgServing>, ServeError> {
+        if let Some(state) = self.orgs.read().ok().and_then(|m| m.get(org).cloned()) {
+            return Ok(state);
+        }
+        let index = CandidateStats::load(&self.pool, org).await?;
+        let clusters = ClusterModel::load(&self.pool, org)
+            .await
+            .map_err(ServeError::Cluster)?;
+        let mut policy =
+            ThompsonPolicy::new(layout(), policy_config()).map_err(RecommendError::from)?;
+        policy.refresh_bank_seeded(rand::rng().random());
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let state = Arc::new(OrgServing {
+            policy: RwLock::new(Arc::new(policy.clone())),
+            index: RwLock::new(Arc::new(index)),
+            clusters: RwLock::new(clusters.map(Arc::new)),
+            learner: sender,
+        });
+        let mut orgs = self.orgs.write().map_err(|_| poisoned())?;
+        // Another request may have loaded it meanwhile; keep the first.
+        let state = orgs.entry(org.to_owned()).or_insert_with(|| {
+            tokio::spawn(learn_loop(
+                org.to_owned(),
+                policy,
+                receiver,
+                Arc::downgrade(&state),
+            ));
+            state
+        });
+        Ok(state.clone())
+    }
+
+    /// Reloads an organization's statistics and cluster model (after ingest or re-clustering).
+    pub async fn refresh_org(&self, org: &str) -> Result<(), ServeError> {
+        let state = self.org(org).await?;
+        let index = CandidateStats::load(&self.pool, org).await?;
+        let clusters = ClusterModel::load(&self.pool, org)
+            .await
+            .map_err(ServeError::Cluster)?;
+        if let Ok(mut slot) = state.index.write() {
+            *slot = Arc::new(index);
+        }
+        if let Ok(mut slot) = state.clusters.write() {
+            *slot = clusters.map(Arc::new);
+        }
+        Ok(())
+    }
+
+    /// Ranks recommendations for a failure context and logs the decision durably.
+    pub async fn recommend(
+        &self,
+        org: &str,
+        query: RecommendationQuery,
+    ) -> Result<RecommendationAnswer, ServeError> {
+        let state = self.org(org).await?;
+        let mut failures = query.failures.clone();
+        if !query.outcome_ids.is_empty() {
+            let stored = failures_of_outcomes(&self.pool, org, &query.outcome_ids).await?;
+            if stored.is_empty() && failures.is_empty() && query.embedding.is_none() {
+                return Err(ServeError::Context {
+                    field: "failure_context.outcome_ids".into(),
+                    message: "none of these outcomes has recorded failures in this organization"
+                        .into(),
+                });
+            }
+            failures.extend(stored.into_iter().map(|f| FailureObservation {
+                failure_category: Some(f.failure_category),
+                error_message: Some(f.error_message),
+                tool_name: f.tool_name,
+                error_code: None,
+            }));
+        }
+        let clusters = state.clusters.read().ok().and_then(|c| c.clone());
+        let placement = match &clusters {
+            Some(model) => place(model, query.embedding.as_deref(), &failures)?,
+            None => None,
+        };
+        let index = state.index.read().map_err(|_| poisoned())?.clone();
+        let model_candidates = load_model_candidates(
+            &self.pool,
+            org,
+            placement.as_ref().map(|p| p.cluster_id.as_str()),
+        )
+        .await?;
+        let input = RecommendInput {
+            current_config: query.current_config.clone(),
+            failures,
+            cluster_key: placement.as_ref().map(|p| p.label.clone()),
+            reduced_embedding: placement.as_ref().map(|p| p.reduced.clone()),
+            user_role: query.user_role.clone(),
+            domain: query.domain.clone(),
+            k: query.k,
+            max_cost_increase_usd_per_run: query.max_cost_increase_usd_per_run,
+            model_candidates,
+        };
+        let prepared = prepare(&index, &input);
+        let policy = state.policy.read().map_err(|_| poisoned())?.clone();
+        let seed: u64 = rand::rng().random();
+        let output = rank(&policy, prepared, input.k, seed)?;
+        let event_id = Uuid::new_v4();
+        let cluster_id = placement.map(|p| p.cluster_id);
+        let served: Vec<Served> = output
+            .shown
+            .into_iter()
+            .map(|shown| Served {
+                recommendation_id: recommendation_id(&shown.candidate.candidate_id),
+                shown,
+            })
+            .collect();
+        let decision = DecisionRecord {
+            org_id: org.to_owned(),
+            event_id,
+            created_at: Utc::now(),
+            policy_version: self.policy_version.clone(),
+            // Logged as signed: Postgres has no unsigned 64-bit type.
+            seed: seed as i64,
+            cluster_id: cluster_id.clone(),
+            context: query.raw,
+            candidates: json!(output.candidates.iter().map(|(c, f)| json!({
+                "candidate_id": c.candidate_id, "type": c.recommendation_type, "features": f,
+            })).collect::<Vec<_>>()),
+            context_features: output.context.iter().map(|v| *v as f32).collect(),
+            user_role: query.user_role,
+            domain: query.domain,
+            items: served
+                .iter()
+                .map(|s| DecisionItemRecord {
+                    recommendation_id: s.recommendation_id.clone(),
+                    position: s.shown.item.position as i32,
+                    recommendation_type: s.shown.candidate.recommendation_type.as_str().to_owned(),
+                    model_provider: s
+                        .shown
+                        .candidate
+                        .diff
+                        .get("model")
+                        .and_then(Value::as_str)
+                        .or_else(|| query.current_config.get("model").and_then(Value::as_str))
+                        .map(provider_of)
+                        .map(str::to_owned),
+                    diff: s.shown.candidate.diff.clone(),
+                    score: s.shown.item.score,
+                    propensity: s.shown.item.propensity,
+                    candidate_features: s.shown.features.iter().map(|v| *v as f32).collect(),
+                })
+                .collect(),
+        };
+        self.writer.write(decision).await?;
+        Ok(RecommendationAnswer {
+            event_id,
+            policy_version: self.policy_version.clone(),
+            cluster_id,
+            recommendations: served,
+        })
+    }
+
+    /// Stores feedback durably (idempotently) and learns from it. Returns whether it was new.
+    pub async fn feedback(&self, feedback: FeedbackRecord) -> Result<bool, ServeError> {
+        let stored = insert_feedback(&self.pool, &feedback).await?;
+        match stored {
+            FeedbackStored::UnknownRecommendation => Err(ServeError::UnknownRecommendation {
+                event_id: feedback.event_id,
+                recommendation_id: feedback.recommendation_id,
+            }),
+            FeedbackStored::Duplicate => Ok(false),
+            FeedbackStored::Inserted => {
+                // Learn now rather than at the next poll; the poll will skip it.
+                let rows = feedback_for(
+                    &self.pool,
+                    &feedback.org_id,
+                    feedback.event_id,
+                    &feedback.recommendation_id,
+                )
+                .await?;
+                for row in rows {
+                    self.learn(row).await?;
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Hands one stored feedback row to its organization's learner, once.
+    async fn learn(&self, row: LearnableFeedback) -> Result<(), ServeError> {
+        let Some(observation) = observation_of(&row) else {
+            return Ok(());
+        };
+        {
+            let mut learned = self.learned.lock().map_err(|_| poisoned())?;
+            if !learned.insert((row.event_id, row.recommendation_id.clone())) {
+                return Ok(());
+            }
+        }
+        let state = self.org(&row.org_id).await?;
+        // A closed channel means the learner stopped (shutdown); nothing to do.
+        let _ = state.learner.send(observation);
+        Ok(())
+    }
+}
+
+fn poisoned() -> ServeError {
+    ServeError::Poisoned
+}
+
+/// `r-` and the candidate's hash: stable for the same change, unique within a request.
+fn recommendation_id(candidate_id: &str) -> String {
+    format!("r-{}", candidate_id.trim_start_matches("c-"))
+}
+
+/// Places the context in a cluster. A client embedding an organization clustered from text
+/// cannot use is not an error (the contract allows any one of the inputs): the failures place
+/// it then, or nothing does.
+fn place(
+    model: &ClusterModel,
+    embedding: Option<&[f32]>,
+    failures: &[FailureObservation],
+) -> Result<Option<crate::clustering::Assignment>, ServeError> {
+    let texts: Vec<FailureText> = failures
+        .iter()
+        .map(|f| FailureText {
+            failure_category: f.failure_category.clone().unwrap_or_default(),
+            error_message: f.error_message.clone().unwrap_or_default(),
+            tool_name: f.tool_name.clone(),
+            error_type: None,
+        })
+        .collect();
+    let input = match (embedding, texts.is_empty()) {
+        (Some(e), true) => FailureInput::Embedding(e.to_vec()),
+        (Some(e), false) => FailureInput::Both {
+            embedding: e.to_vec(),
+            failures: texts.clone(),
+        },
+        (None, false) => FailureInput::Failures(texts.clone()),
+        (None, true) => return Ok(None),
+    };
+    match model.assign(&input) {
+        Ok(assignment) => Ok(Some(assignment)),
+        Err(ClusterError::NoEmbeddingModel { .. }) if !texts.is_empty() => model
+            .assign(&FailureInput::Failures(texts))
+            .map(Some)
+            .map_err(ServeError::Cluster),
+        Err(ClusterError::NoEmbeddingModel { .. } | ClusterError::EmptyInput) => Ok(None),
+        Err(
+            e @ (ClusterError::DimensionMismatch { .. }
+            | ClusterError::NonFiniteEmbedding { .. }
+            | ClusterError::ZeroEmbedding),
+        ) => Err(ServeError::Context {
+            field: "failure_context.failure_cluster_embedding".into(),
+            message: strip_field(&e.to_string()),
+        }),
+        Err(other) => Err(ServeError::Cluster(other)),
+    }
+}
+
+fn strip_field(message: &str) -> String {
+    message
+        .split_once(": ")
+        .map_or(message, |(_, m)| m)
+        .to_owned()
+}
+
+/// The bandit observation of a feedback row: accepted or applied → 1, rejected → 0.
+fn observation_of(row: &LearnableFeedback) -> Option<Observation> {
+    let accepted = match FeedbackOutcome::parse(&row.outcome)? {
+        FeedbackOutcome::Accepted | FeedbackOutcome::Applied => true,
+        FeedbackOutcome::Rejected => false,
+    };
+    let context: Vec<f64> = row
+        .context_features
+        .as_ref()?
+        .iter()
+        .map(|v| f64::from(*v))
+        .collect();
+    let candidate: Vec<f64> = row
+        .candidate_features
+        .as_ref()?
+        .iter()
+        .map(|v| f64::from(*v))
+        .collect();
+    Some(Observation::binary(
+        format!("{}/{}", row.event_id, row.recommendation_id),
+        timestamp_s(row.decided_at),
+        context,
+        candidate,
+        accepted,
+    ))
+}
+
+fn timestamp_s(t: DateTime<Utc>) -> f64 {
+    t.timestamp() as f64 + f64::from(t.timestamp_subsec_millis()) / 1000.0
+}
+
+/// Applies observations in batches and publishes snapshots until the organization is dropped.
+async fn learn_loop(
+    org: String,
+    mut policy: ThompsonPolicy,
+    mut receiver: mpsc::UnboundedReceiver<Observation>,
+    state: std::sync::Weak<OrgServing>,
+) {
+    while let Some(first) = receiver.recv().await {
+        let mut batch = vec![first];
+        tokio::time::sleep(PUBLISH_INTERVAL).await;
+        while let Ok(more) = receiver.try_recv() {
+            batch.push(more);
+        }
+        let Some(state) = state.upgrade() else { return };
+        let org_name = org.clone();
+        // The maths is CPU work (~1 ms per observation, ~0.1 s per bank refresh): off the runtime.
+        let result = tokio::task::spawn_blocking(move || {
+            for observation in &batch {
+                if let Err(err) = policy.update(observation) {
+                    tracing::warn!(org = %org_name, id = %observation.id, error = %err, "feedback not learned");
+                }
+            }
+            policy.refresh_bank_seeded(rand::rng().random());
+            policy
+        })
+        .await;
+        match result {
+            Ok(updated) => {
+                policy = updated;
+                if let Ok(mut slot) = state.policy.write() {
+                    *slot = Arc::new(policy.clone());
+                }
+            }
+            Err(err) => {
+                tracing::error!(org = %org, error = %err, "learner stopped");
+                return;
+            }
+        }
+    }
+}
+
+/// Learns feedback other replicas stored.
+async fn poll_feedback(serving: std::sync::Weak<Serving>, mut watermark: Option<DateTime<Utc>>) {
+    let mut ticker = tokio::time::interval(POLL_INTERVAL);
+    loop {
+        ticker.tick().await;
+        let Some(serving) = serving.upgrade() else {
+            return;
+        };
+        let since = watermark.map(|w| w - POLL_OVERLAP);
+        match feedback_since(&serving.pool, since).await {
+            Ok(rows) => {
+                if let Some(max) = rows.iter().map(|r| r.received_at).max() {
+                    watermark = Some(watermark.map_or(max, |w| w.max(max)));
+                }
+                for row in rows {
+                    if let Err(err) = serving.learn(row).await {
+                        tracing::warn!(error = %err, "cannot learn polled feedback");
+                    }
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "feedback poll failed"),
+        }
+    }
+}
