@@ -157,6 +157,14 @@ impl Serving {
         &self.policy_version
     }
 
+    /// The policy an organization's requests are currently ranked with (`None` before its first
+    /// request or feedback).
+    pub fn policy(&self, org: &str) -> Option<Arc<ThompsonPolicy>> {
+        let orgs = self.orgs.read().ok()?;
+        let state = orgs.get(org)?;
+        state.policy.read().ok().map(|p| p.clone())
+    }
+
     /// The organization's state, loading it on first use.
     async fn org(&self, org: &str) -> Result<Arc<OrgServing>, ServeError> {
         if let Some(state) = self.orgs.read().ok().and_then(|m| m.get(org).cloned()) {

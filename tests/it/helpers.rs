@@ -178,6 +178,8 @@ pub struct TestApp {
     pub analyst_key: String,
     pub admin_key: String,
     pub client: reqwest::Client,
+    /// The server's serving state (its bandit policies).
+    pub serving: std::sync::Arc<arc_rec::recommend::service::Serving>,
     handle: actix_web::dev::ServerHandle,
 }
 
@@ -233,7 +235,7 @@ pub async fn spawn_app_with_limit(body_limit: usize) -> TestApp {
         .await
         .expect("serving state");
     let state = arc_rec::api::state::AppState {
-        serving,
+        serving: serving.clone(),
         pool: db.pool().clone(),
         keys: KeyCache::default(),
         metrics: telemetry::Metrics::new("arc_rec_test").expect("metrics"),
@@ -254,6 +256,7 @@ pub async fn spawn_app_with_limit(body_limit: usize) -> TestApp {
         analyst_key,
         admin_key,
         client: reqwest::Client::new(),
+        serving,
         handle,
     }
 }

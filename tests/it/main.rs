@@ -20,5 +20,7 @@ mod export;
 mod ingest;
 /// The schema: constraints, organization isolation, analyst views.
 mod schema;
+/// Recommendations, feedback, replicas and restarts.
+mod serving;
 /// The synthetic world through the binary.
 mod simulate;

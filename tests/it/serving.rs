@@ -1,0 +1,319 @@
+//! Recommendations and feedback through the HTTP API, and the bandit's state across replicas
+//! and restarts.
+
+use std::time::Duration;
+
+use arc_rec::recommend::service::Serving;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, arc_rec, contract_lines, spawn_app};
+
+/// The request of CONTRACTS.md, verbatim.
+fn contract_request() -> Value {
+    json!({
+      "failure_context": {
+        "failure_cluster_embedding": [0.01, -0.2, 0.33],
+        "failures": [{"failure_category": "timeout", "error_message": "web_search timed out after 5000 ms", "tool_name": "web_search"}],
+        "outcome_ids": ["o1"]
+      },
+      "current_config": {"model": "openai/gpt-4.1", "temperature": 0.7, "tools": [{"name": "web_search"}], "retry": {"max_attempts": 1}, "timeout_s": 30},
+      "user_context": {"user_role": "senior_ml_engineer", "domain": "fintech"},
+      "k": 3,
+      "max_cost_increase_usd_per_run": 0.05
+    })
+}
+
+async fn with_contract_data() -> TestApp {
+    let app = spawn_app().await;
+    let records = Value::Array(
+        contract_lines()
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+    );
+    assert_eq!(
+        app.post("/v1/trajectories", Some(&app.platform_key), &records)
+            .await
+            .status(),
+        201
+    );
+    app
+}
+
+#[tokio::test]
+async fn the_contract_request_works_as_written_and_is_logged() {
+    let app = with_contract_data().await;
+    let response = app
+        .post(
+            "/v1/recommendations",
+            Some(&app.platform_key),
+            &contract_request(),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert!(body["policy_version"].as_str().unwrap().starts_with("ts-"));
+    let recommendations = body["recommendations"].as_array().unwrap();
+    assert_eq!(recommendations.len(), 3, "{body}");
+    for r in recommendations {
+        for field in [
+            "recommendation_id",
+            "type",
+            "diff",
+            "description",
+            "expected_reliability_delta",
+            "expected_cost_delta_usd",
+            "evidence_count",
+            "score",
+            "propensity",
+        ] {
+            assert!(!r[field].is_null(), "{field} missing in {r}");
+        }
+        let propensity = r["propensity"].as_f64().unwrap();
+        assert!(propensity > 0.0 && propensity <= 1.0);
+        assert!(
+            r["expected_cost_delta_usd"].as_f64().unwrap() <= 0.05,
+            "cost cap respected: {r}"
+        );
+        assert_ne!(r["diff"], json!({}));
+        let groups: Vec<&str> = r["explanation"]["contributions"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(groups, ["candidate", "cluster", "config", "user"]);
+    }
+    // The 200 means the decision is durable.
+    let event_id = body["event_id"].as_str().unwrap();
+    let items: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM decision_items WHERE event_id = $1::uuid")
+            .bind(event_id)
+            .fetch_one(app.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(items, 3);
+}
+
+#[tokio::test]
+async fn feedback_is_idempotent_and_checked() {
+    let app = with_contract_data().await;
+    let body: Value = app
+        .post(
+            "/v1/recommendations",
+            Some(&app.platform_key),
+            &contract_request(),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let feedback = json!({
+        "event_id": body["event_id"], "recommendation_id": body["recommendations"][0]["recommendation_id"],
+        "outcome": "accepted", "reliability_delta": 0.21, "feedback_score": 4
+    });
+    assert_eq!(
+        app.post("/v1/feedback", Some(&app.platform_key), &feedback)
+            .await
+            .status(),
+        201
+    );
+    assert_eq!(
+        app.post("/v1/feedback", Some(&app.platform_key), &feedback)
+            .await
+            .status(),
+        200
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM feedback")
+        .fetch_one(app.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "the same feedback twice is one row");
+    assert_eq!(
+        app.post("/v1/feedback", Some(&app.analyst_key), &feedback)
+            .await
+            .status(),
+        403
+    );
+    let mut unknown = feedback.clone();
+    unknown["recommendation_id"] = json!("r-0000000000000000");
+    assert_eq!(
+        app.post("/v1/feedback", Some(&app.platform_key), &unknown)
+            .await
+            .status(),
+        404
+    );
+    let mut bad = feedback.clone();
+    bad["feedback_score"] = json!(9);
+    let error: Value = app
+        .post("/v1/feedback", Some(&app.platform_key), &bad)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(error["error"]["fields"][0]["field"], "feedback_score");
+}
+
+#[tokio::test]
+async fn request_errors_name_the_field() {
+    let app = with_contract_data().await;
+    let key = Some(app.platform_key.as_str());
+    let mut request = contract_request();
+    request["current_config"]["temperature"] = json!(7);
+    request["k"] = json!(0);
+    let response = app.post("/v1/recommendations", key, &request).await;
+    assert_eq!(response.status(), 422);
+    let error: Value = response.json().await.unwrap();
+    let fields: Vec<&str> = error["error"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["current_config.temperature", "k"]);
+
+    let mut request = contract_request();
+    request["failure_context"]["colour"] = json!("red");
+    let error: Value = app
+        .post("/v1/recommendations", key, &request)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        error["error"]["fields"][0]["field"],
+        "failure_context.colour"
+    );
+
+    let mut request = contract_request();
+    request["failure_context"] = json!({});
+    assert_eq!(
+        app.post("/v1/recommendations", key, &request)
+            .await
+            .status(),
+        422
+    );
+}
+
+#[tokio::test]
+async fn wrong_embedding_dimension_is_named() {
+    let app = spawn_app().await;
+    let run = |args: &[&str]| {
+        let output = arc_rec(&app.db.url).args(args).output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    run(&[
+        "simulate",
+        "--seed",
+        "4",
+        "--outcomes",
+        "1500",
+        "--orgs",
+        "acme",
+        "--embedding-dim",
+        "8",
+    ]);
+    run(&["cluster", "--org", "acme"]);
+    let mut request = contract_request();
+    request["failure_context"] = json!({"failure_cluster_embedding": [0.01, -0.2, 0.33]});
+    let response = app
+        .post("/v1/recommendations", Some(&app.platform_key), &request)
+        .await;
+    assert_eq!(response.status(), 422);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(
+        error["error"]["fields"][0]["field"],
+        "failure_context.failure_cluster_embedding"
+    );
+    assert!(
+        error["error"]["fields"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("expected 8"),
+        "{error}"
+    );
+    request["failure_context"] =
+        json!({"failure_cluster_embedding": [0.1, 0.2, -0.3, 0.05, 0.0, 0.4, -0.2, 0.1]});
+    let response = app
+        .post("/v1/recommendations", Some(&app.platform_key), &request)
+        .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["cluster_id"].is_string(),
+        "placed by the embedding: {body}"
+    );
+}
+
+/// Waits until `serving`'s policy for acme has learned `n` observations.
+async fn wait_for_observations(
+    serving: &Serving,
+    n: u64,
+) -> std::sync::Arc<bandit::ThompsonPolicy> {
+    for _ in 0..100 {
+        if let Some(policy) = serving.policy("acme").filter(|p| p.observations() == n) {
+            return policy;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "policy did not reach {n} observations; has {:?}",
+        serving.policy("acme").map(|p| p.observations())
+    );
+}
+
+#[tokio::test]
+async fn replicas_agree_and_state_survives_a_restart() {
+    let app = with_contract_data().await;
+    // A second replica on the same database.
+    let replica = Serving::start(app.db.pool().clone()).await.unwrap();
+    for i in 0..12 {
+        let body: Value = app
+            .post(
+                "/v1/recommendations",
+                Some(&app.platform_key),
+                &contract_request(),
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        let outcome = if i % 3 == 0 { "accepted" } else { "rejected" };
+        let feedback = json!({"event_id": body["event_id"], "recommendation_id": body["recommendations"][i % 3]["recommendation_id"], "outcome": outcome});
+        assert_eq!(
+            app.post("/v1/feedback", Some(&app.platform_key), &feedback)
+                .await
+                .status(),
+            201
+        );
+    }
+    let served_by_app = app.serving.clone();
+    let here = wait_for_observations(&served_by_app, 12).await;
+    // The other replica learns the same feedback by polling the database.
+    let there = wait_for_observations(&replica, 12).await;
+    let diff = here
+        .mean()
+        .iter()
+        .zip(there.mean().iter())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(diff < 1e-9, "replicas disagree by {diff}");
+    // A restart rebuilds the same posterior from the logged feedback.
+    let restarted = Serving::start(app.db.pool().clone()).await.unwrap();
+    let rebuilt = wait_for_observations(&restarted, 12).await;
+    let diff = here
+        .mean()
+        .iter()
+        .zip(rebuilt.mean().iter())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(diff < 1e-9, "restart changed the posterior by {diff}");
+    assert!(
+        here.mean().iter().any(|m| m.abs() > 1e-6),
+        "the policy learned something"
+    );
+}
