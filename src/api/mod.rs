@@ -97,7 +97,8 @@ fn routes_config(config: &mut utoipa_actix_web::service_config::ServiceConfig<'_
         .service(routes::recommendations::post_recommendations)
         .service(routes::feedback::post_feedback)
         .service(routes::trajectories::post_trajectories)
-        .service(routes::analytics::acceptance);
+        .service(routes::analytics::acceptance)
+        .service(routes::analytics::ope);
 }
 
 /// The OpenAPI document of every handler registered in [`routes_config`].

@@ -5,4 +5,5 @@ pub mod benchmark;
 pub mod decision_writer;
 pub mod engine;
 pub mod features;
+pub mod ope;
 pub mod service;

@@ -284,8 +284,11 @@ impl Serving {
             seed: seed as i64,
             cluster_id: cluster_id.clone(),
             context: query.raw,
+            // Enough to recompute another policy's choice off-line (see `recommend::ope`).
             candidates: json!(output.candidates.iter().map(|(c, f)| json!({
                 "candidate_id": c.candidate_id, "type": c.recommendation_type, "features": f,
+                "expected_reliability_delta": c.expected_reliability_delta,
+                "expected_cost_delta_usd": c.expected_cost_delta_usd,
             })).collect::<Vec<_>>()),
             context_features: output.context.iter().map(|v| *v as f32).collect(),
             user_role: query.user_role,

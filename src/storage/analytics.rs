@@ -73,3 +73,43 @@ pub async fn ping(pool: &PgPool) -> Result<(), StorageError> {
         .context("ping")?;
     Ok(())
 }
+
+/// A logged top recommendation for off-policy evaluation.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct LoggedTop {
+    /// The decision's candidate set (JSON array).
+    pub candidates: serde_json::Value,
+    pub recommendation_id: String,
+    pub propensity: f64,
+    pub accepted: bool,
+}
+
+/// Most decisions one off-policy evaluation reads (the newest).
+pub const OPE_MAX_DECISIONS: i64 = 200_000;
+
+/// `org`'s position-0 decisions in `[since, until)` with whether they were accepted.
+pub async fn logged_tops(
+    pool: &PgPool,
+    org: &str,
+    since: Option<NaiveDate>,
+    until: Option<NaiveDate>,
+) -> Result<Vec<LoggedTop>, StorageError> {
+    sqlx::query_as(
+        "SELECT l.candidates, i.recommendation_id, i.propensity,
+                EXISTS (SELECT 1 FROM feedback f WHERE f.org_id = i.org_id AND f.event_id = i.event_id
+                        AND f.recommendation_id = i.recommendation_id AND f.outcome IN ('accepted', 'applied')) AS accepted
+         FROM decision_items i
+         JOIN decision_log l ON l.org_id = i.org_id AND l.event_id = i.event_id
+         WHERE i.org_id = $1 AND i.position = 0
+           AND ($2::date IS NULL OR l.created_at >= $2::date) AND ($3::date IS NULL OR l.created_at < $3::date)
+         ORDER BY l.created_at DESC
+         LIMIT $4",
+    )
+    .bind(org)
+    .bind(since)
+    .bind(until)
+    .bind(OPE_MAX_DECISIONS)
+    .fetch_all(pool)
+    .await
+    .context("read the decision log for off-policy evaluation")
+}

@@ -317,3 +317,68 @@ async fn replicas_agree_and_state_survives_a_restart() {
         "the policy learned something"
     );
 }
+
+#[tokio::test]
+async fn analytics_over_served_decisions() {
+    let app = with_contract_data().await;
+    for i in 0..10 {
+        let body: Value = app
+            .post(
+                "/v1/recommendations",
+                Some(&app.platform_key),
+                &contract_request(),
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        let outcome = if i < 4 { "accepted" } else { "rejected" };
+        let feedback = json!({"event_id": body["event_id"], "recommendation_id": body["recommendations"][0]["recommendation_id"], "outcome": outcome});
+        assert_eq!(
+            app.post("/v1/feedback", Some(&app.platform_key), &feedback)
+                .await
+                .status(),
+            201
+        );
+    }
+    let acceptance: Value = app
+        .get(
+            "/v1/analytics/acceptance?group_by=policy_version",
+            Some(&app.analyst_key),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let row = &acceptance["rows"][0];
+    assert_eq!(
+        (row["shown"].as_i64(), row["accepted"].as_i64()),
+        (Some(30), Some(4))
+    );
+    let ci = row["ci95"].as_array().unwrap();
+    assert!(ci[0].as_f64().unwrap() < 4.0 / 30.0 && 4.0 / 30.0 < ci[1].as_f64().unwrap());
+
+    let ope: Value = app
+        .get("/v1/analytics/ope?policy=heuristic", Some(&app.analyst_key))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ope["decisions"], 10, "{ope}");
+    assert!((ope["logged_acceptance_rate"].as_f64().unwrap() - 0.4).abs() < 1e-9);
+    let snips = &ope["snips"];
+    assert!(snips["ci95"][0].as_f64().unwrap() <= snips["ci95"][1].as_f64().unwrap());
+    let error: Value = app
+        .get("/v1/analytics/ope?policy=best", Some(&app.analyst_key))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(error["error"]["fields"][0]["field"], "policy");
+    assert_eq!(
+        app.get("/v1/analytics/ope?policy=uniform", Some(&app.platform_key))
+            .await
+            .status(),
+        403
+    );
+}

@@ -93,3 +93,113 @@ pub async fn acceptance(
         rows,
     }))
 }
+
+/// Query parameters of the off-policy evaluation.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct OpeQuery {
+    /// `heuristic`, `lowest_cost`, `uniform` or `type:<recommendation type>`.
+    pub policy: String,
+    /// First day included (YYYY-MM-DD, UTC).
+    pub since: Option<NaiveDate>,
+    /// First day excluded (YYYY-MM-DD, UTC).
+    pub until: Option<NaiveDate>,
+}
+
+/// An estimate with its 95% bootstrap interval.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Estimate {
+    pub estimate: f64,
+    pub ci95: [f64; 2],
+}
+
+/// How the stated policy would have done.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OpeResponse {
+    pub policy: String,
+    /// Logged decisions used.
+    pub decisions: usize,
+    /// Acceptance rate of the top recommendation under the logging (live) policy.
+    pub logged_acceptance_rate: f64,
+    /// Estimated top-1 acceptance rate under the stated policy.
+    pub ips: Estimate,
+    pub snips: Estimate,
+    /// (Σw)²/Σw²: how many decisions the estimate is effectively worth.
+    pub effective_sample_size: f64,
+}
+
+/// Off-policy estimate of another policy's top-1 acceptance rate from the decision log (analyst
+/// or admin keys).
+#[utoipa::path(
+    tag = "analytics",
+    params(OpeQuery),
+    responses((status = 200, body = OpeResponse), (status = 401, body = crate::api::error::ErrorBody),
+               (status = 403, body = crate::api::error::ErrorBody), (status = 422, body = crate::api::error::ErrorBody)),
+    security(("api_key" = []))
+)]
+#[get("/v1/analytics/ope")]
+pub async fn ope(
+    caller: Caller,
+    request: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<web::Json<OpeResponse>, ApiError> {
+    use crate::recommend::ope::{LoggedCandidate, LoggedDecision, TargetPolicy, evaluate};
+
+    let principal = caller.require(Permission::ReadAnalytics)?;
+    let query: OpeQuery = parse_query(&request)?;
+    let target = TargetPolicy::parse(&query.policy).ok_or_else(|| {
+        ApiError::invalid(
+            "policy",
+            "must be heuristic, lowest_cost, uniform or type:<recommendation type>",
+        )
+    })?;
+    let rows = analytics::logged_tops(
+        &state.pool,
+        principal.org.as_str(),
+        query.since,
+        query.until,
+    )
+    .await?;
+    let log: Vec<LoggedDecision> = rows
+        .into_iter()
+        .filter_map(|row| {
+            let candidates: Vec<LoggedCandidate> = serde_json::from_value(row.candidates).ok()?;
+            Some(LoggedDecision {
+                candidates,
+                shown: format!("c-{}", row.recommendation_id.trim_start_matches("r-")),
+                propensity: row.propensity,
+                accepted: row.accepted,
+            })
+        })
+        .collect();
+    if log.is_empty() {
+        return Err(ApiError::invalid(
+            "since",
+            "no logged decisions in this period",
+        ));
+    }
+    let logged_acceptance_rate =
+        log.iter().filter(|d| d.accepted).count() as f64 / log.len() as f64;
+    let config = bandit::BootstrapConfig {
+        resamples: 1000,
+        level: 0.95,
+        seed: 1,
+    };
+    let decisions = log.len();
+    let report = tokio::task::spawn_blocking(move || evaluate(&log, target, &config))
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?
+        .map_err(|e| ApiError::invalid("policy", format!("cannot evaluate: {e}")))?;
+    let estimate = |ci: bandit::ConfidenceInterval| Estimate {
+        estimate: ci.estimate,
+        ci95: [ci.lower, ci.upper],
+    };
+    Ok(web::Json(OpeResponse {
+        policy: query.policy,
+        decisions,
+        logged_acceptance_rate,
+        ips: estimate(report.ips),
+        snips: estimate(report.snips),
+        effective_sample_size: report.effective_sample_size,
+    }))
+}
