@@ -203,10 +203,29 @@ async fn openapi_lists_every_route() {
         "/metrics",
         "/openapi.json",
         "/v1/trajectories",
+        "/v1/recommendations",
+        "/v1/feedback",
         "/v1/analytics/acceptance",
+        "/v1/analytics/ope",
     ] {
         assert!(paths.contains(&path), "{path} missing from {paths:?}");
     }
-    assert!(document["components"]["schemas"]["AcceptanceResponse"].is_object());
+    assert_eq!(
+        paths.len(),
+        10,
+        "a route without an OpenAPI entry, or the other way round: {paths:?}"
+    );
+    for schema in [
+        "AcceptanceResponse",
+        "RecommendationRequest",
+        "RecommendationResponse",
+        "FeedbackRequest",
+        "OpeResponse",
+    ] {
+        assert!(
+            document["components"]["schemas"][schema].is_object(),
+            "{schema}"
+        );
+    }
     assert!(document["components"]["securitySchemes"]["api_key"].is_object());
 }
