@@ -20,6 +20,9 @@ pub enum BenchCommand {
     Export(BenchExportArgs),
     /// Thompson sampling against random, heuristic order and the oracle in the synthetic world.
     Bandit(BenchBanditArgs),
+    /// p50/p99 latency of POST /v1/recommendations at fixed request rates (server and load in
+    /// separate processes), the highest sustained rate and the server's peak memory.
+    Serve(crate::commands::bench_serve::BenchServeArgs),
     /// Open-loop HTTP load at a fixed rate against a running server (one JSON line of results).
     Load(crate::commands::load::LoadArgs),
 }
@@ -66,6 +69,7 @@ pub async fn run(command: &BenchCommand, database: &Database) -> anyhow::Result<
     match command {
         BenchCommand::Export(args) => bench_export(args, database).await,
         BenchCommand::Bandit(args) => bench_bandit(args, database).await,
+        BenchCommand::Serve(args) => crate::commands::bench_serve::run(args, database).await,
         // A pure client; `main` runs it without opening a database.
         BenchCommand::Load(_) => anyhow::bail!("`bench load` needs no database"),
     }

@@ -2,6 +2,7 @@
 //! `anyhow` lives here and in `main`, not in the library.
 
 pub mod bench;
+pub mod bench_serve;
 pub mod cluster;
 pub mod export;
 pub mod ingest;

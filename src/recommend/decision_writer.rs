@@ -3,6 +3,10 @@
 //! their rows to one writer task, which commits whatever has queued up while the previous
 //! commit was in flight, and answers each request only after its batch committed. Under light
 //! load a batch is one decision (no added latency); under heavy load batches grow by themselves.
+//!
+//! One writer, not several: `arc-rec bench serve` at 1,000 requests/s on 2 cores measured p99
+//! 9.6–10.1 ms with one writer and 12.9–14.0 ms with four (more concurrent Postgres backends
+//! compete for the same cores; WAL flushes are shared either way).
 
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};

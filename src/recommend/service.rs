@@ -24,8 +24,9 @@ use super::engine::{RecommendError, RecommendInput, Shown, prepare, rank};
 use super::features::{layout, policy_config};
 use crate::candidates::{CandidateIndex, FailureObservation, provider_of};
 use crate::clustering::{ClusterError, ClusterModel, FailureInput, FailureText};
+use crate::domain::Candidate;
 use crate::storage::StorageError;
-use crate::storage::candidate_stats::{CandidateStats, load_model_candidates};
+use crate::storage::candidate_stats::{CandidateStats, load_model_candidates_by_cluster};
 use crate::storage::decisions::{
     DecisionItemRecord, DecisionRecord, FeedbackOutcome, FeedbackRecord, FeedbackStored,
     LearnableFeedback, failures_of_outcomes, feedback_for, feedback_since, insert_feedback,
@@ -96,11 +97,19 @@ pub enum ServeError {
     Poisoned,
 }
 
+/// The recommender model's candidates with the cluster each was generated for (`None`: any).
+type ModelCandidates = Vec<(Option<String>, Candidate)>;
+
+/// What is loaded from the database per organization.
+type OrgData = (CandidateIndex, Option<ClusterModel>, ModelCandidates);
+
 /// One organization's serving state.
 struct OrgServing {
     policy: RwLock<Arc<ThompsonPolicy>>,
     index: RwLock<Arc<CandidateIndex>>,
     clusters: RwLock<Option<Arc<ClusterModel>>>,
+    /// The recommender model's candidates, by cluster (`None`: for every cluster).
+    model_candidates: RwLock<Arc<ModelCandidates>>,
     learner: mpsc::UnboundedSender<Observation>,
 }
 
@@ -110,6 +119,9 @@ pub struct Serving {
     writer: DecisionWriter,
     policy_version: String,
     orgs: RwLock<HashMap<String, Arc<OrgServing>>>,
+    /// Serialises first loads of an organization: concurrent first requests wait for one load
+    /// instead of all running the statistics queries (a thundering herd at start-up).
+    loading: tokio::sync::Mutex<()>,
     /// (event, recommendation) pairs already learned from: the first answer about a shown item
     /// is the one the bandit learns.
     learned: Mutex<HashSet<(Uuid, String)>>,
@@ -141,6 +153,7 @@ impl Serving {
             pool,
             policy_version: policy_version(),
             orgs: RwLock::new(HashMap::new()),
+            loading: tokio::sync::Mutex::new(()),
             learned: Mutex::new(HashSet::new()),
         });
         let history = feedback_since(&serving.pool, None).await?;
@@ -170,10 +183,11 @@ impl Serving {
         if let Some(state) = self.orgs.read().ok().and_then(|m| m.get(org).cloned()) {
             return Ok(state);
         }
-        let index = CandidateStats::load(&self.pool, org).await?;
-        let clusters = ClusterModel::load(&self.pool, org)
-            .await
-            .map_err(ServeError::Cluster)?;
+        let _loading = self.loading.lock().await;
+        if let Some(state) = self.orgs.read().ok().and_then(|m| m.get(org).cloned()) {
+            return Ok(state);
+        }
+        let (index, clusters, model_candidates) = self.load_org(org).await?;
         let mut policy =
             ThompsonPolicy::new(layout(), policy_config()).map_err(RecommendError::from)?;
         policy.refresh_bank_seeded(rand::rng().random());
@@ -182,34 +196,45 @@ impl Serving {
             policy: RwLock::new(Arc::new(policy.clone())),
             index: RwLock::new(Arc::new(index)),
             clusters: RwLock::new(clusters.map(Arc::new)),
+            model_candidates: RwLock::new(Arc::new(model_candidates)),
             learner: sender,
         });
-        let mut orgs = self.orgs.write().map_err(|_| poisoned())?;
-        // Another request may have loaded it meanwhile; keep the first.
-        let state = orgs.entry(org.to_owned()).or_insert_with(|| {
-            tokio::spawn(learn_loop(
-                org.to_owned(),
-                policy,
-                receiver,
-                Arc::downgrade(&state),
-            ));
-            state
-        });
-        Ok(state.clone())
+        tokio::spawn(learn_loop(
+            org.to_owned(),
+            policy,
+            receiver,
+            Arc::downgrade(&state),
+        ));
+        self.orgs
+            .write()
+            .map_err(|_| poisoned())?
+            .insert(org.to_owned(), state.clone());
+        Ok(state)
     }
 
-    /// Reloads an organization's statistics and cluster model (after ingest or re-clustering).
-    pub async fn refresh_org(&self, org: &str) -> Result<(), ServeError> {
-        let state = self.org(org).await?;
+    /// An organization's statistics, cluster model and model candidates from the database.
+    async fn load_org(&self, org: &str) -> Result<OrgData, ServeError> {
         let index = CandidateStats::load(&self.pool, org).await?;
         let clusters = ClusterModel::load(&self.pool, org)
             .await
             .map_err(ServeError::Cluster)?;
+        let model_candidates = load_model_candidates_by_cluster(&self.pool, org).await?;
+        Ok((index, clusters, model_candidates))
+    }
+
+    /// Reloads an organization's statistics, cluster model and model candidates (after ingest,
+    /// re-clustering or a new model version).
+    pub async fn refresh_org(&self, org: &str) -> Result<(), ServeError> {
+        let state = self.org(org).await?;
+        let (index, clusters, model_candidates) = self.load_org(org).await?;
         if let Ok(mut slot) = state.index.write() {
             *slot = Arc::new(index);
         }
         if let Ok(mut slot) = state.clusters.write() {
             *slot = clusters.map(Arc::new);
+        }
+        if let Ok(mut slot) = state.model_candidates.write() {
+            *slot = Arc::new(model_candidates);
         }
         Ok(())
     }
@@ -244,12 +269,15 @@ impl Serving {
             None => None,
         };
         let index = state.index.read().map_err(|_| poisoned())?.clone();
-        let model_candidates = load_model_candidates(
-            &self.pool,
-            org,
-            placement.as_ref().map(|p| p.cluster_id.as_str()),
-        )
-        .await?;
+        let cluster = placement.as_ref().map(|p| p.cluster_id.as_str());
+        let model_candidates: Vec<Candidate> = state
+            .model_candidates
+            .read()
+            .map_err(|_| poisoned())?
+            .iter()
+            .filter(|(for_cluster, _)| for_cluster.is_none() || for_cluster.as_deref() == cluster)
+            .map(|(_, c)| c.clone())
+            .collect();
         let input = RecommendInput {
             current_config: query.current_config.clone(),
             failures,
@@ -285,11 +313,19 @@ impl Serving {
             cluster_id: cluster_id.clone(),
             context: query.raw,
             // Enough to recompute another policy's choice off-line (see `recommend::ope`).
-            candidates: json!(output.candidates.iter().map(|(c, f)| json!({
-                "candidate_id": c.candidate_id, "type": c.recommendation_type, "features": f,
-                "expected_reliability_delta": c.expected_reliability_delta,
-                "expected_cost_delta_usd": c.expected_cost_delta_usd,
-            })).collect::<Vec<_>>()),
+            // Enough to recompute another policy's choice off-line (see `recommend::ope`); the
+            // features of shown items are kept with them (what replay learning needs).
+            candidates: json!(
+                output
+                    .candidates
+                    .iter()
+                    .map(|(c, _)| json!({
+                        "candidate_id": c.candidate_id, "type": c.recommendation_type,
+                        "expected_reliability_delta": c.expected_reliability_delta,
+                        "expected_cost_delta_usd": c.expected_cost_delta_usd,
+                    }))
+                    .collect::<Vec<_>>()
+            ),
             context_features: output.context.iter().map(|v| *v as f32).collect(),
             user_role: query.user_role,
             domain: query.domain,

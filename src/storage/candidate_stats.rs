@@ -217,6 +217,58 @@ pub async fn tools_called(
 /// Most model-generated candidates [`load_model_candidates`] returns.
 pub const MODEL_CANDIDATE_LIMIT: i64 = 200;
 
+/// Every model candidate of `org` with the cluster it was generated for (`None`: any cluster),
+/// newest first; the serving state caches these instead of querying per request.
+pub async fn load_model_candidates_by_cluster(
+    pool: &PgPool,
+    org: &str,
+) -> Result<Vec<(Option<String>, Candidate)>, StorageError> {
+    type Row = (
+        Option<String>,
+        String,
+        Value,
+        String,
+        Option<f64>,
+        Option<f64>,
+        i32,
+        Option<String>,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT cluster_id, recommendation_type, diff, description, expected_reliability_delta,
+                expected_cost_delta_usd, evidence_count, model_version_id
+         FROM candidate_recommendations
+         WHERE org_id = $1 AND source = 'model'
+         ORDER BY created_at DESC, candidate_id
+         LIMIT $2",
+    )
+    .bind(org)
+    .bind(MODEL_CANDIDATE_LIMIT * 10)
+    .fetch_all(pool)
+    .await
+    .context("load model candidates")?;
+    Ok(rows
+        .into_iter()
+        .filter_map(
+            |(cluster, kind, diff, description, rel, cost, evidence, version)| {
+                let kind = RecommendationType::parse(&kind)?;
+                let candidate = Candidate {
+                    candidate_id: Candidate::id_for(kind, &diff),
+                    recommendation_type: kind,
+                    diff,
+                    description,
+                    expected_reliability_delta: rel.unwrap_or(0.0),
+                    expected_cost_delta_usd: cost.unwrap_or(0.0),
+                    evidence_count: u32::try_from(evidence).unwrap_or(0),
+                    source: CandidateSource::Model {
+                        model_version_id: version.unwrap_or_default(),
+                    },
+                };
+                Some((cluster, candidate))
+            },
+        )
+        .collect())
+}
+
 /// The recommender model's stored candidates for an organization (and cluster, when given), newest
 /// first. Rows with a type outside the vocabulary are skipped; ids are recomputed with
 /// [`Candidate::id_for`] so equal diffs share one whatever id was stored.
@@ -238,7 +290,8 @@ pub async fn load_model_candidates(
         "SELECT recommendation_type, diff, description, expected_reliability_delta,
                 expected_cost_delta_usd, evidence_count, model_version_id
          FROM candidate_recommendations
-         WHERE org_id = $1 AND source = 'model' AND ($2::text IS NULL OR cluster_id = $2)
+         WHERE org_id = $1 AND source = 'model'
+           AND ($2::text IS NULL OR cluster_id = $2 OR cluster_id IS NULL)
          ORDER BY created_at DESC, candidate_id
          LIMIT $3",
     )
@@ -510,3 +563,62 @@ SELECT COALESCE(p.tool, u.tool) AS tool,
 FROM per_tool p
 FULL JOIN usage u ON u.tool = p.tool
 ORDER BY 1";
+
+/// Stores candidates a recommender model generated (creating its training run and model version
+/// rows if needed), for `cluster_id` or, when `None`, for every cluster. Idempotent per id.
+pub async fn save_model_candidates(
+    pool: &PgPool,
+    org: &str,
+    model_version_id: &str,
+    base_model: &str,
+    cluster_id: Option<&str>,
+    candidates: &[Candidate],
+) -> Result<(), StorageError> {
+    let mut tx = pool.begin().await.context("begin model candidates")?;
+    sqlx::query("INSERT INTO organizations (org_id) VALUES ($1) ON CONFLICT DO NOTHING")
+        .bind(org)
+        .execute(&mut *tx)
+        .await
+        .context("insert organization")?;
+    sqlx::query(
+        "INSERT INTO training_runs (org_id, run_id, status, config) VALUES ($1, $2, 'succeeded', '{}')
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(org)
+    .bind(model_version_id)
+    .execute(&mut *tx)
+    .await
+    .context("insert training run")?;
+    sqlx::query(
+        "INSERT INTO model_versions (org_id, model_version_id, run_id, base_model) VALUES ($1, $2, $2, $3)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(org)
+    .bind(model_version_id)
+    .bind(base_model)
+    .execute(&mut *tx)
+    .await
+    .context("insert model version")?;
+    for c in candidates {
+        sqlx::query(
+            "INSERT INTO candidate_recommendations (org_id, candidate_id, cluster_id, recommendation_type, diff,
+                 description, expected_reliability_delta, expected_cost_delta_usd, evidence_count, source,
+                 model_version_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'model', $10) ON CONFLICT DO NOTHING",
+        )
+        .bind(org)
+        .bind(&c.candidate_id)
+        .bind(cluster_id)
+        .bind(c.recommendation_type.as_str())
+        .bind(&c.diff)
+        .bind(&c.description)
+        .bind(c.expected_reliability_delta)
+        .bind(c.expected_cost_delta_usd)
+        .bind(i32::try_from(c.evidence_count).unwrap_or(i32::MAX))
+        .bind(model_version_id)
+        .execute(&mut *tx)
+        .await
+        .context("insert model candidate")?;
+    }
+    tx.commit().await.context("commit model candidates")
+}

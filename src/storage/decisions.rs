@@ -267,3 +267,17 @@ pub async fn failures_of_outcomes(
     .await
     .context("read failures of outcomes")
 }
+
+/// How many candidates a logged decision ranked.
+pub async fn candidates_ranked(
+    pool: &PgPool,
+    org: &str,
+    event_id: Uuid,
+) -> Result<Option<i32>, StorageError> {
+    sqlx::query_scalar("SELECT jsonb_array_length(candidates) FROM decision_log WHERE org_id = $1 AND event_id = $2")
+        .bind(org)
+        .bind(event_id)
+        .fetch_optional(pool)
+        .await
+        .context("count ranked candidates")
+}

@@ -70,8 +70,7 @@ proptest! {
         let c = uniform_vec(&mut rng, 3);
         let x = layout.interaction(&z, &c).unwrap();
         let quad: f64 = x.iter().zip(gauss_solve(&precision, &x)).map(|(a, b)| a * b).sum();
-        let ranking = policy.rank_seeded(&z, &[c], 1, 7).unwrap();
-        let sd = ranking.items[0].explanation.posterior_sd;
+        let sd = policy.posterior_sd(&z, &c).unwrap();
         prop_assert!((sd - config.noise_scale * quad.sqrt()).abs() < 1e-9 * (1.0 + sd));
     }
 

@@ -311,3 +311,28 @@ fn sampled_scores_follow_the_posterior() {
     );
     assert!((sample_sd / sd - 1.0).abs() < 0.1, "{sample_sd} vs {sd}");
 }
+
+/// The explanation's posterior SD comes from the bank's draws; it must agree with the exact
+/// v·sqrt(xᵀΛ⁻¹x) within Monte-Carlo error (about 4% relative at M = 256; 25% is > 5σ).
+#[test]
+fn explained_sd_estimates_the_exact_posterior_sd() {
+    let layout = small_layout();
+    let mut policy = ThompsonPolicy::new(layout, config(ModelKind::Linear, None)).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    for obs in random_observations(&layout, &mut rng, 40, 1.0) {
+        policy.update(&obs).unwrap();
+    }
+    for seed in 0..5 {
+        policy.refresh_bank_seeded(seed);
+        let z = random_context(&layout, &mut rng);
+        let c = [uniform_vec(&mut rng, 3)];
+        let item = policy.rank_seeded(&z, &c, 1, seed).unwrap().items[0].clone();
+        let exact = policy.posterior_sd(&z, &c[0]).unwrap();
+        let relative = (item.explanation.posterior_sd - exact).abs() / exact;
+        assert!(
+            relative < 0.25,
+            "bank {} vs exact {exact}",
+            item.explanation.posterior_sd
+        );
+    }
+}
