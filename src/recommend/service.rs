@@ -38,6 +38,10 @@ const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// row may commit a little after a later row; re-reading a window (and skipping what was
 /// applied) catches it.
 const POLL_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
+/// Old evidence is discounted (half-life in `PolicyConfig`) at the start of each epoch of this
+/// length, on epoch boundaries of Unix time: every replica decays at the same instants, and the
+/// linear model's state depends only on the observations and that clock, so replicas agree.
+const DECAY_EPOCH_S: f64 = 86_400.0;
 /// The learner publishes at most this often.
 const PUBLISH_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -513,6 +517,12 @@ async fn learn_loop(
         let org_name = org.clone();
         // The maths is CPU work (~1 ms per observation, ~0.1 s per bank refresh): off the runtime.
         let result = tokio::task::spawn_blocking(move || {
+            let epoch = (timestamp_s(Utc::now()) / DECAY_EPOCH_S).floor() * DECAY_EPOCH_S;
+            if policy.clock_s().is_some_and(|clock| clock < epoch)
+                && let Err(err) = policy.decay_to(epoch)
+            {
+                tracing::warn!(org = %org_name, error = %err, "cannot discount old evidence");
+            }
             for observation in &batch {
                 if let Err(err) = policy.update(observation) {
                     tracing::warn!(org = %org_name, id = %observation.id, error = %err, "feedback not learned");
