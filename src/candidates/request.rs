@@ -193,3 +193,14 @@ impl SignalProfile {
             .map(|(t, _)| t.as_str())
     }
 }
+
+impl From<&crate::world::ObservedFailure> for FailureObservation {
+    fn from(failure: &crate::world::ObservedFailure) -> Self {
+        Self {
+            failure_category: Some(failure.failure_category.clone()),
+            error_message: Some(failure.error_message.clone()),
+            tool_name: failure.tool_name.clone(),
+            error_code: None,
+        }
+    }
+}

@@ -206,7 +206,12 @@ fn median(values: &mut [f64]) -> f64 {
 
 /// Peak resident set size of this process (VmHWM), in MB; 0 where /proc is unavailable.
 pub fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
+    peak_rss_mb_of("self")
+}
+
+/// Peak resident set size of process `pid` (`self` for this one), in MB; 0 when unknown.
+pub fn peak_rss_mb_of(pid: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()

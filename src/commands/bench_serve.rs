@@ -336,14 +336,7 @@ fn start_server(
 
 impl ServerProcess {
     fn peak_rss_mb(&self) -> f64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("VmHWM:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            })
-            .map_or(0.0, |kb| kb / 1024.0)
+        crate::commands::bench::peak_rss_mb_of(&self.child.id().to_string())
     }
 
     fn stop(&mut self) {

@@ -8,6 +8,7 @@ pub mod agent_config;
 pub mod candidate;
 pub mod recommendation;
 pub mod records;
+pub mod segments;
 pub mod validation;
 
 pub use agent_config::{apply_merge_patch, config_hash};

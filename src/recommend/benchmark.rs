@@ -239,16 +239,7 @@ fn runner(name: &str, strategy: Strategy, seed: u64, i: usize) -> Runner {
 pub fn input_of(ctx: &Context) -> RecommendInput {
     RecommendInput {
         current_config: ctx.current_config.clone(),
-        failures: ctx
-            .failures
-            .iter()
-            .map(|f| FailureObservation {
-                failure_category: Some(f.failure_category.clone()),
-                error_message: Some(f.error_message.clone()),
-                tool_name: f.tool_name.clone(),
-                error_code: None,
-            })
-            .collect(),
+        failures: ctx.failures.iter().map(FailureObservation::from).collect(),
         user_role: Some(ctx.user.role.clone()),
         domain: Some(ctx.user.domain.clone()),
         k: 1,

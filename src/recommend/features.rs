@@ -19,27 +19,10 @@
 use bandit::FeatureLayout;
 
 use crate::candidates::{FailureSignal, SignalProfile};
+use crate::domain::segments::{DOMAINS, ROLES};
 
 /// Reduced failure-cluster embedding dimensions in the cluster block.
 pub const EMBEDDING_DIMS: usize = 8;
-/// Roles with their own user feature (the platform's; others get none).
-pub const ROLES: [&str; 6] = [
-    "senior_ml_engineer",
-    "ml_engineer",
-    "data_scientist",
-    "platform_engineer",
-    "product_manager",
-    "engineering_manager",
-];
-/// Domains with their own user feature.
-pub const DOMAINS: [&str; 6] = [
-    "fintech",
-    "healthcare",
-    "ecommerce",
-    "saas",
-    "insurance",
-    "analytics",
-];
 /// Indices of `candidates::config_features` kept in the config block.
 const CONFIG_PICK: [usize; 4] = [0, 1, 3, 7];
 /// Leading entries of `candidates::candidate_features` kept in the candidate block.

@@ -277,47 +277,14 @@ pub async fn load_model_candidates(
     org: &str,
     cluster_id: Option<&str>,
 ) -> Result<Vec<Candidate>, StorageError> {
-    type Row = (
-        String,
-        Value,
-        String,
-        Option<f64>,
-        Option<f64>,
-        i32,
-        Option<String>,
-    );
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT recommendation_type, diff, description, expected_reliability_delta,
-                expected_cost_delta_usd, evidence_count, model_version_id
-         FROM candidate_recommendations
-         WHERE org_id = $1 AND source = 'model'
-           AND ($2::text IS NULL OR cluster_id = $2 OR cluster_id IS NULL)
-         ORDER BY created_at DESC, candidate_id
-         LIMIT $3",
-    )
-    .bind(org)
-    .bind(cluster_id)
-    .bind(MODEL_CANDIDATE_LIMIT)
-    .fetch_all(pool)
-    .await
-    .context("load model candidates")?;
-    Ok(rows
+    Ok(load_model_candidates_by_cluster(pool, org)
+        .await?
         .into_iter()
-        .filter_map(|(kind, diff, description, rel, cost, evidence, version)| {
-            let kind = RecommendationType::parse(&kind)?;
-            Some(Candidate {
-                candidate_id: Candidate::id_for(kind, &diff),
-                recommendation_type: kind,
-                diff,
-                description,
-                expected_reliability_delta: rel.unwrap_or(0.0),
-                expected_cost_delta_usd: cost.unwrap_or(0.0),
-                evidence_count: u32::try_from(evidence).unwrap_or(0),
-                source: CandidateSource::Model {
-                    model_version_id: version.unwrap_or_default(),
-                },
-            })
+        .filter(|(for_cluster, _)| {
+            cluster_id.is_none() || for_cluster.is_none() || for_cluster.as_deref() == cluster_id
         })
+        .map(|(_, candidate)| candidate)
+        .take(usize::try_from(MODEL_CANDIDATE_LIMIT).unwrap_or(usize::MAX))
         .collect())
 }
 

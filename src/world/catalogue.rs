@@ -286,24 +286,10 @@ pub(crate) const INVENTED_TOOLS: &[&str] = &[
 ];
 
 /// User roles on the platform; the acceptance model weighs reliability and cost by role.
-pub const ROLES: &[&str] = &[
-    "senior_ml_engineer",
-    "ml_engineer",
-    "data_scientist",
-    "platform_engineer",
-    "product_manager",
-    "engineering_manager",
-];
+pub const ROLES: &[&str] = &crate::domain::segments::ROLES;
 
 /// Business domains of organizations, users and scenarios.
-pub const DOMAINS: &[&str] = &[
-    "fintech",
-    "healthcare",
-    "ecommerce",
-    "saas",
-    "insurance",
-    "analytics",
-];
+pub const DOMAINS: &[&str] = &crate::domain::segments::DOMAINS;
 
 /// A scenario blueprint; each organization instantiates some of them at some difficulties.
 #[derive(Debug, Clone, Copy)]

@@ -22,16 +22,7 @@ const CONTEXTS: usize = 150;
 
 fn request_for(ctx: &Context) -> CandidateRequest {
     CandidateRequest {
-        failures: ctx
-            .failures
-            .iter()
-            .map(|f| FailureObservation {
-                failure_category: Some(f.failure_category.clone()),
-                error_message: Some(f.error_message.clone()),
-                tool_name: f.tool_name.clone(),
-                error_code: None,
-            })
-            .collect(),
+        failures: ctx.failures.iter().map(FailureObservation::from).collect(),
         ..CandidateRequest::new(ctx.current_config.clone())
     }
 }

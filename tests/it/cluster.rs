@@ -8,17 +8,7 @@ use arc_rec::clustering::{ClusterModel, FailureInput, FailureText};
 use assert_cmd::Command;
 use serde_json::Value;
 
-use crate::helpers::{TestDb, arc_rec, fresh_database};
-
-fn run(cmd: &mut Command) -> String {
-    let output = cmd.output().expect("run arc-rec");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
+use crate::helpers::{TestDb, arc_rec, fresh_database, run};
 
 /// `(org, pattern_id) -> (cluster, latent mode)`. The world writes each mode's exception class as
 /// the fatal error event's `error_type`, one class per mode.

@@ -260,3 +260,14 @@ pub async fn spawn_app_with_limit(body_limit: usize) -> TestApp {
         handle,
     }
 }
+
+/// Runs a prepared `arc-rec` command, insisting it succeeds; returns its stdout.
+pub fn run(cmd: &mut assert_cmd::Command) -> String {
+    let output = cmd.output().expect("run arc-rec");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}

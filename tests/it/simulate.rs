@@ -3,17 +3,7 @@
 
 use assert_cmd::Command;
 
-use crate::helpers::{arc_rec, fresh_database};
-
-fn run(cmd: &mut Command) -> String {
-    let output = cmd.output().expect("run arc-rec");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
+use crate::helpers::{arc_rec, fresh_database, run};
 
 #[tokio::test]
 async fn simulate_and_ingest_of_its_file_agree_and_export_parses() {
