@@ -199,10 +199,17 @@ pub async fn run(args: &BenchServeArgs, database: &Database) -> anyhow::Result<(
         "{:>8} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9}",
         "rate/s", "achieved", "ok", "errors", "p50 ms", "p99 ms", "max ms"
     );
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     for r in &result.rates {
         println!(
-            "{:>8} {:>10.1} {:>8} {:>8} {:>9.2} {:>9.2} {:>9.2}",
-            r.target_rate, r.achieved_rate, r.ok, r.errors, r.p50_ms, r.p99_ms, r.max_ms
+            "{:>8} {:>10.1} {:>8} {:>8} {:>9} {:>9} {:>9}",
+            r.target_rate,
+            r.achieved_rate,
+            r.ok,
+            r.errors,
+            ms(r.p50_ms),
+            ms(r.p99_ms),
+            ms(r.max_ms)
         );
     }
     match result.highest_sustained_rate {

@@ -46,10 +46,11 @@ pub struct LoadReport {
     pub errors: u64,
     /// Completed requests per second over the measured window.
     pub achieved_rate: f64,
-    pub p50_ms: f64,
-    pub p90_ms: f64,
-    pub p99_ms: f64,
-    pub max_ms: f64,
+    /// Latency quantiles of the successful requests; `None` when none succeeded.
+    pub p50_ms: Option<f64>,
+    pub p90_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
 }
 
 /// Runs the load and prints a [`LoadReport`] as JSON on stdout.
@@ -113,11 +114,8 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
     let measured = start.elapsed().as_secs_f64() - 1.0;
     latencies.sort_by(f64::total_cmp);
     let quantile = |q: f64| {
-        if latencies.is_empty() {
-            f64::NAN
-        } else {
-            latencies[((latencies.len() - 1) as f64 * q).round() as usize]
-        }
+        (!latencies.is_empty())
+            .then(|| latencies[((latencies.len() - 1) as f64 * q).round() as usize])
     };
     let report = LoadReport {
         target_rate: args.rate,
@@ -128,7 +126,7 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
         p50_ms: quantile(0.50),
         p90_ms: quantile(0.90),
         p99_ms: quantile(0.99),
-        max_ms: latencies.last().copied().unwrap_or(f64::NAN),
+        max_ms: latencies.last().copied(),
     };
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
