@@ -3,7 +3,7 @@
 //! many requests share one durable commit.
 
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -49,52 +49,95 @@ pub async fn insert_decisions(
     if decisions.is_empty() {
         return Ok(());
     }
-    let mut logs = Vec::with_capacity(decisions.len());
-    let mut items = Vec::new();
-    for d in decisions {
-        logs.push(json!({
-            "org_id": d.org_id, "event_id": d.event_id, "created_at": d.created_at,
-            "policy_version": d.policy_version, "seed": d.seed, "cluster_id": d.cluster_id,
-            "context": d.context, "candidates": d.candidates, "context_features": d.context_features,
-            "user_role": d.user_role, "domain": d.domain,
-        }));
-        for i in &d.items {
-            items.push(json!({
-                "org_id": d.org_id, "event_id": d.event_id, "recommendation_id": i.recommendation_id,
-                "position": i.position, "recommendation_type": i.recommendation_type,
-                "model_provider": i.model_provider, "diff": i.diff, "score": i.score,
-                "propensity": i.propensity, "candidate_features": i.candidate_features,
-            }));
-        }
+    // Serialized straight from borrowed fields (no intermediate `Value` copies of the logged
+    // context and candidate set) and unpacked by `jsonb_to_recordset`.
+    #[derive(serde::Serialize)]
+    struct LogRow<'a> {
+        org_id: &'a str,
+        event_id: Uuid,
+        created_at: DateTime<Utc>,
+        policy_version: &'a str,
+        seed: i64,
+        cluster_id: Option<&'a str>,
+        context: &'a Value,
+        candidates: &'a Value,
+        context_features: &'a [f32],
+        user_role: Option<&'a str>,
+        domain: Option<&'a str>,
     }
-    let mut tx = pool.begin().await.context("begin decision batch")?;
+    #[derive(serde::Serialize)]
+    struct ItemRow<'a> {
+        org_id: &'a str,
+        event_id: Uuid,
+        recommendation_id: &'a str,
+        position: i32,
+        recommendation_type: &'a str,
+        model_provider: Option<&'a str>,
+        diff: &'a Value,
+        score: f64,
+        propensity: f64,
+        candidate_features: &'a [f32],
+    }
+    let logs: Vec<LogRow<'_>> = decisions
+        .iter()
+        .map(|d| LogRow {
+            org_id: &d.org_id,
+            event_id: d.event_id,
+            created_at: d.created_at,
+            policy_version: &d.policy_version,
+            seed: d.seed,
+            cluster_id: d.cluster_id.as_deref(),
+            context: &d.context,
+            candidates: &d.candidates,
+            context_features: &d.context_features,
+            user_role: d.user_role.as_deref(),
+            domain: d.domain.as_deref(),
+        })
+        .collect();
+    let items: Vec<ItemRow<'_>> = decisions
+        .iter()
+        .flat_map(|d| {
+            d.items.iter().map(move |i| ItemRow {
+                org_id: &d.org_id,
+                event_id: d.event_id,
+                recommendation_id: &i.recommendation_id,
+                position: i.position,
+                recommendation_type: &i.recommendation_type,
+                model_provider: i.model_provider.as_deref(),
+                diff: &i.diff,
+                score: i.score,
+                propensity: i.propensity,
+                candidate_features: &i.candidate_features,
+            })
+        })
+        .collect();
+    // One statement, so one round trip and one implicit transaction: both inserts commit
+    // together. A data-modifying CTE always runs to completion, and the items' foreign keys are
+    // checked at the statement's end, when the log rows it wrote are visible.
     sqlx::query(
-        "INSERT INTO decision_log (org_id, event_id, created_at, policy_version, seed, cluster_id, context,
-                                   candidates, context_features, user_role, domain)
-         SELECT org_id, event_id, created_at, policy_version, seed, cluster_id, context, candidates,
-                context_features, user_role, domain
-         FROM jsonb_to_recordset($1) AS r(org_id text, event_id uuid, created_at timestamptz,
-              policy_version text, seed bigint, cluster_id text, context jsonb, candidates jsonb,
-              context_features real[], user_role text, domain text)",
-    )
-    .bind(Value::Array(logs))
-    .execute(&mut *tx)
-    .await
-    .context("insert decision log")?;
-    sqlx::query(
-        "INSERT INTO decision_items (org_id, event_id, recommendation_id, position, recommendation_type,
+        "WITH logged AS (
+             INSERT INTO decision_log (org_id, event_id, created_at, policy_version, seed, cluster_id,
+                                       context, candidates, context_features, user_role, domain)
+             SELECT org_id, event_id, created_at, policy_version, seed, cluster_id, context, candidates,
+                    context_features, user_role, domain
+             FROM jsonb_to_recordset($1) AS r(org_id text, event_id uuid, created_at timestamptz,
+                  policy_version text, seed bigint, cluster_id text, context jsonb, candidates jsonb,
+                  context_features real[], user_role text, domain text)
+         )
+         INSERT INTO decision_items (org_id, event_id, recommendation_id, position, recommendation_type,
                                      model_provider, diff, score, propensity, candidate_features)
          SELECT org_id, event_id, recommendation_id, position, recommendation_type, model_provider, diff,
                 score, propensity, candidate_features
-         FROM jsonb_to_recordset($1) AS r(org_id text, event_id uuid, recommendation_id text, position int,
+         FROM jsonb_to_recordset($2) AS r(org_id text, event_id uuid, recommendation_id text, position int,
               recommendation_type text, model_provider text, diff jsonb, score float8, propensity float8,
               candidate_features real[])",
     )
-    .bind(Value::Array(items))
-    .execute(&mut *tx)
+    .bind(sqlx::types::Json(&logs))
+    .bind(sqlx::types::Json(&items))
+    .execute(pool)
     .await
-    .context("insert decision items")?;
-    tx.commit().await.context("commit decision batch")
+    .context("insert decision batch")?;
+    Ok(())
 }
 
 /// What feedback says happened to a shown recommendation.
