@@ -10,6 +10,11 @@ use arc_rec::commands;
 use arc_rec::commands::bench::BenchCommand;
 use arc_rec::storage::EmbeddedPostgres;
 
+/// mimalloc rather than glibc malloc: serving allocates and frees many small JSON values per
+/// request (see `mimalloc` in Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -193,6 +193,7 @@ impl From<ServeError> for ApiError {
             ServeError::Cluster(_)
             | ServeError::Rank(_)
             | ServeError::Log(_)
+            | ServeError::LogEncoding(_)
             | ServeError::Poisoned => ApiError::Internal(anyhow::Error::new(err)),
         }
     }

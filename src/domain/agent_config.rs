@@ -154,38 +154,45 @@ pub fn apply_merge_patch(target: &mut Value, patch: &Value) {
 /// The platform's `config_hash`: hex SHA-256 of the configuration's canonical JSON (object keys
 /// sorted, no whitespace), so equal configurations hash equal whatever their key order.
 pub fn config_hash(config: &Value) -> String {
-    let mut canonical = String::new();
+    let mut canonical = Vec::with_capacity(256);
     write_canonical(config, &mut canonical);
-    hex::encode(Sha256::digest(canonical.as_bytes()))
+    hex::encode(Sha256::digest(&canonical))
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// Compact JSON with object keys sorted. Strings and scalars go through serde_json's own
+/// writer, so escaping and number formats are exactly `Value`'s `Display`; writing into one
+/// buffer keeps this allocation-free (it runs for every candidate of every request).
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    // Writing JSON into a Vec<u8> cannot fail: it has no IO error and the values are valid.
+    fn write_json<T: serde::Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+        let _ = serde_json::to_writer(&mut *out, value);
+    }
     match value {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
+            keys.sort_unstable();
+            out.push(b'{');
             for (i, key) in keys.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
+                write_json(key.as_str(), out);
+                out.push(b':');
                 write_canonical(&map[key], out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => write_json(scalar, out),
     }
 }
 
@@ -216,6 +223,17 @@ mod tests {
             config_hash(&json!({"b": [1, {"d": 3, "c": 2}], "a": 1}))
         );
         assert_ne!(config_hash(&json!({"a": 1})), config_hash(&json!({"a": 2})));
+    }
+
+    #[test]
+    fn hash_is_sha256_of_compact_sorted_json() {
+        // Pinned: stored config hashes and candidate ids depend on this exact text. Expected
+        // from Python: sha256(json.dumps(v, separators=(",", ":"), sort_keys=True,
+        // ensure_ascii=False)).
+        assert_eq!(
+            config_hash(&json!({"f": 0.5, "e": "q\"xé", "b": [1, {"d": 3, "c": 2}], "a": 1})),
+            "b6e77497114e7442912aef7e8f4c1a6e9d4e4c6447cd90b605ce974eece5516b"
+        );
     }
 
     #[test]

@@ -14,7 +14,8 @@ use std::time::Duration;
 use bandit::{Observation, ThompsonPolicy};
 use chrono::{DateTime, Utc};
 use rand::Rng;
-use serde_json::{Value, json};
+use serde_json::Value;
+use serde_json::value::RawValue;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -24,7 +25,7 @@ use super::engine::{RecommendError, RecommendInput, Shown, prepare, rank};
 use super::features::{layout, policy_config};
 use crate::candidates::{CandidateIndex, FailureObservation, provider_of};
 use crate::clustering::{ClusterError, ClusterModel, FailureInput, FailureText};
-use crate::domain::Candidate;
+use crate::domain::{Candidate, RecommendationType};
 use crate::storage::StorageError;
 use crate::storage::candidate_stats::{CandidateStats, load_model_candidates_by_cluster};
 use crate::storage::decisions::{
@@ -46,7 +47,7 @@ const DECAY_EPOCH_S: f64 = 86_400.0;
 const PUBLISH_INTERVAL: Duration = Duration::from_millis(200);
 
 /// A failure context to recommend for, validated.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone)]
 pub struct RecommendationQuery {
     pub embedding: Option<Vec<f32>>,
     pub failures: Vec<FailureObservation>,
@@ -56,8 +57,8 @@ pub struct RecommendationQuery {
     pub domain: Option<String>,
     pub k: usize,
     pub max_cost_increase_usd_per_run: Option<f64>,
-    /// The request as received, for the decision log.
-    pub raw: Value,
+    /// The request as received, serialized for the decision log.
+    pub raw: Box<RawValue>,
 }
 
 /// A served recommendation.
@@ -96,6 +97,9 @@ pub enum ServeError {
     Rank(#[from] RecommendError),
     #[error(transparent)]
     Log(#[from] DecisionWriteError),
+    /// The decision could not be encoded for the log (not expected: plain numbers and strings).
+    #[error("cannot encode the decision for the log")]
+    LogEncoding(#[source] serde_json::Error),
     /// A lock holder panicked; the state may be inconsistent.
     #[error("serving state lock poisoned")]
     Poisoned,
@@ -321,17 +325,7 @@ impl Serving {
             context: query.raw,
             // Enough to recompute another policy's choice off-line (see `recommend::ope`); the
             // features of shown items are kept with them (what replay learning needs).
-            candidates: json!(
-                output
-                    .candidates
-                    .iter()
-                    .map(|(c, _)| json!({
-                        "candidate_id": c.candidate_id, "type": c.recommendation_type,
-                        "expected_reliability_delta": c.expected_reliability_delta,
-                        "expected_cost_delta_usd": c.expected_cost_delta_usd,
-                    }))
-                    .collect::<Vec<_>>()
-            ),
+            candidates: candidate_log(&output.candidates)?,
             context_features: output.context.iter().map(|v| *v as f32).collect(),
             user_role: query.user_role,
             domain: query.domain,
@@ -408,6 +402,29 @@ impl Serving {
         let _ = state.learner.send(observation);
         Ok(())
     }
+}
+
+/// The candidate set as logged: enough to recompute another policy's choice off-line (see
+/// `recommend::ope`), serialized straight to JSON text.
+fn candidate_log(candidates: &[(Candidate, Vec<f64>)]) -> Result<Box<RawValue>, ServeError> {
+    #[derive(serde::Serialize)]
+    struct Logged<'a> {
+        candidate_id: &'a str,
+        #[serde(rename = "type")]
+        kind: RecommendationType,
+        expected_reliability_delta: f64,
+        expected_cost_delta_usd: f64,
+    }
+    let logged: Vec<Logged<'_>> = candidates
+        .iter()
+        .map(|(c, _)| Logged {
+            candidate_id: &c.candidate_id,
+            kind: c.recommendation_type,
+            expected_reliability_delta: c.expected_reliability_delta,
+            expected_cost_delta_usd: c.expected_cost_delta_usd,
+        })
+        .collect();
+    serde_json::value::to_raw_value(&logged).map_err(ServeError::LogEncoding)
 }
 
 fn poisoned() -> ServeError {

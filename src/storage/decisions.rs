@@ -4,13 +4,14 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{QueryContext, StorageError};
 
 /// One recommendation request as logged.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct DecisionRecord {
     pub org_id: String,
     pub event_id: Uuid,
@@ -18,10 +19,12 @@ pub struct DecisionRecord {
     pub policy_version: String,
     pub seed: i64,
     pub cluster_id: Option<String>,
-    /// The request's context as received (for audits and replays).
-    pub context: Value,
-    /// Every candidate considered, with its features (for off-policy evaluation).
-    pub candidates: Value,
+    /// The request's context as received (for audits and replays), already serialized: the
+    /// request path writes it once, straight to JSON text, instead of building a `Value` tree.
+    pub context: Box<RawValue>,
+    /// Every candidate considered, with its features (for off-policy evaluation); serialized
+    /// like `context`.
+    pub candidates: Box<RawValue>,
     pub context_features: Vec<f32>,
     pub user_role: Option<String>,
     pub domain: Option<String>,
@@ -59,8 +62,8 @@ pub async fn insert_decisions(
         policy_version: &'a str,
         seed: i64,
         cluster_id: Option<&'a str>,
-        context: &'a Value,
-        candidates: &'a Value,
+        context: &'a RawValue,
+        candidates: &'a RawValue,
         context_features: &'a [f32],
         user_role: Option<&'a str>,
         domain: Option<&'a str>,

@@ -7,6 +7,7 @@ use arc_rec::storage::decisions::{
     feedback_since, insert_feedback,
 };
 use serde_json::json;
+use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use crate::helpers::fresh_database;
@@ -19,8 +20,8 @@ fn decision(org: &str, event_id: Uuid) -> DecisionRecord {
         policy_version: "ts-test".into(),
         seed: 42,
         cluster_id: Some("tool_timeout-web_search".into()),
-        context: json!({"failures": []}),
-        candidates: json!([]),
+        context: RawValue::from_string(r#"{"failures": []}"#.to_owned()).expect("valid JSON"),
+        candidates: RawValue::from_string("[]".to_owned()).expect("valid JSON"),
         context_features: vec![1.0, 0.5],
         user_role: Some("senior_ml_engineer".into()),
         domain: Some("fintech".into()),

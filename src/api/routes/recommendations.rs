@@ -118,7 +118,8 @@ pub struct ExplanationBody {
 impl RecommendationRequest {
     /// Checks what types cannot, naming each bad field.
     fn into_query(self) -> Result<RecommendationQuery, ApiError> {
-        let raw = serde_json::to_value(&self).map_err(|e| ApiError::Internal(e.into()))?;
+        let raw =
+            serde_json::value::to_raw_value(&self).map_err(|e| ApiError::Internal(e.into()))?;
         let mut errors = FieldErrors::default();
         let context = &self.failure_context;
         if context.failure_cluster_embedding.is_none()
