@@ -157,7 +157,7 @@ fn repeated_cache_rows_continue_like_their_source_row() {
     let (model, reference) = load("tiny-qwen2");
     let (ids, mask, width) = left_padded(&reference.prompts);
     let samples = 3;
-    let mut cache = model.new_cache(2, width + 1).unwrap();
+    let mut cache = model.new_cache(2, width + 2).unwrap();
     let _prefill =
         tch::no_grad(|| model.forward(&ids, Some(&mask), Some(&mut cache), Logits::Last)).unwrap();
     let mut repeated = cache.repeat_interleave(samples).unwrap();
@@ -177,6 +177,17 @@ fn repeated_cache_rows_continue_like_their_source_row() {
     let diff = max_abs(&repeated_logits, &expected);
     // Batch 6 vs batch 2 may take different GEMM blockings: float rounding, not semantics.
     assert!(diff < TOLERANCE, "repeated rows differ by {diff}");
+    // Keeping only row 1 of the repeated cache (a sample of prompt 1) decodes like prompt 1.
+    let mut kept = repeated.select_rows(&Tensor::from_slice(&[4i64])).unwrap();
+    let next = Tensor::from_slice(&[7i64]).unsqueeze(1);
+    let mut single = cache.select_rows(&Tensor::from_slice(&[1i64])).unwrap();
+    let kept_logits = model
+        .forward(&next, None, Some(&mut kept), Logits::Last)
+        .unwrap();
+    let single_logits = model
+        .forward(&next, None, Some(&mut single), Logits::Last)
+        .unwrap();
+    assert!(max_abs(&kept_logits, &single_logits) < TOLERANCE);
     // Prompt 0's and prompt 1's rows really differ, so the check above cannot pass by accident.
     assert!(max_abs(&logits.get(0), &logits.get(1)) > 1e-2);
 }

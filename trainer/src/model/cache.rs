@@ -13,7 +13,7 @@ use super::config::Config;
 /// is masked out of every later step) and the position id the row's next real token gets, so a
 /// left-padded row rotates and attends exactly like its unpadded prompt.
 ///
-/// Fill it through [`super::CausalLm::forward`], inside `tch::no_grad` (the cache is for inference).
+/// Fill it through [`super::CausalLm::forward`] (which runs cached calls without autograd).
 #[derive(Debug)]
 pub struct KvCache {
     /// Per layer, `[b, kv_heads, capacity, head_dim]`.
@@ -113,6 +113,17 @@ impl KvCache {
             len: self.len,
             capacity: self.capacity,
         })
+    }
+
+    /// Whether the buffers have `config`'s layer count, kv heads and head width.
+    pub(crate) fn fits(&self, config: &Config) -> bool {
+        let layers_match = i64::try_from(self.keys.len()) == Ok(config.num_hidden_layers);
+        layers_match
+            && self.keys.iter().all(|keys| {
+                let size = keys.size();
+                size.get(1) == Some(&config.num_key_value_heads)
+                    && size.get(3) == Some(&config.head_dim)
+            })
     }
 
     /// The view layer `layer` writes into during a call that starts at `self.len`.

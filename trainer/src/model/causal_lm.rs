@@ -191,7 +191,8 @@ impl CausalLm {
     ///   row yields the same logits as its unpadded prompt. Right padding also works for
     ///   [`Logits::All`].
     /// * `cache`: with one, this call attends to everything cached before it and appends its keys
-    ///   and values (run under `tch::no_grad`); without, a plain full forward.
+    ///   and values; a cached forward always runs without autograd (the cache is for inference, and a
+    ///   graph through it would grow with every step). Without a cache, a plain full forward.
     /// * `logits`: [`Logits::All`] gives `[b, t, vocab]`, [`Logits::Last`] gives `[b, vocab]`.
     ///
     /// Logits come in the runtime kind (bf16 on CUDA); upcast before a log-softmax if needed.
@@ -202,7 +203,12 @@ impl CausalLm {
         cache: Option<&mut KvCache>,
         logits: Logits,
     ) -> Result<Tensor, ModelError> {
-        let hidden = self.hidden_states(input_ids, attention_mask, cache, false)?;
+        let hidden = match cache {
+            Some(cache) => {
+                tch::no_grad(|| self.hidden_states(input_ids, attention_mask, Some(cache), false))?
+            }
+            None => self.hidden_states(input_ids, attention_mask, None, false)?,
+        };
         Ok(match logits {
             Logits::All => self.lm_head(&hidden),
             Logits::Last => {
@@ -253,6 +259,14 @@ impl CausalLm {
                 return Err(ModelError::Input(format!(
                     "cache has {} rows, input_ids has {batch}",
                     cache.batch_size()
+                )));
+            }
+            if !cache.fits(&self.config) {
+                return Err(ModelError::Input(format!(
+                    "cache was made for another model shape (layers, kv heads or head_dim differ from {} layers x {} kv heads x {})",
+                    self.config.num_hidden_layers,
+                    self.config.num_key_value_heads,
+                    self.config.head_dim
                 )));
             }
             if cache.len() + seq > cache.capacity() {
