@@ -337,9 +337,14 @@ impl CausalLm {
                 "input_ids is empty (shape [{batch}, {seq}])"
             )));
         }
-        let lowest = input_ids.f_min()?.int64_value(&[]);
-        let highest = input_ids.f_max()?.int64_value(&[]);
-        if lowest < 0 || highest >= self.config.vocab_size {
+        // One reduction (one device sync per call); the range is only computed for the message.
+        let outside = input_ids
+            .f_lt(0)?
+            .f_logical_or(&input_ids.f_ge(self.config.vocab_size)?)?
+            .f_any()?;
+        if outside.int64_value(&[]) != 0 {
+            let lowest = input_ids.f_min()?.int64_value(&[]);
+            let highest = input_ids.f_max()?.int64_value(&[]);
             return Err(ModelError::Input(format!(
                 "token ids must be in [0, {}), found range [{lowest}, {highest}]",
                 self.config.vocab_size
