@@ -5,3 +5,4 @@
 //! pass@k-aware RL loop build on it.
 
 pub mod device;
+pub mod peft;
