@@ -965,7 +965,8 @@ pub fn unmerge_adapters(vs: &VarStore, config: &AdapterConfig) -> Result<usize, 
 /// `model-0000i-of-0000n.safetensors` plus `model.safetensors.index.json` when the weights exceed
 /// `max_shard_bytes`; then every other file of `source_dir` (config.json, generation config,
 /// tokenizer files) is copied. Merging happens per tensor while writing, so the VarStore is not
-/// modified and peak extra memory is one weight. `out_dir` must be absent or empty.
+/// modified; extra device memory is one weight in f32, extra host memory one shard's bytes.
+/// `out_dir` must be absent or empty.
 pub fn save_merged_checkpoint(
     vs: &VarStore,
     config: &AdapterConfig,
@@ -1161,16 +1162,27 @@ impl View for OwnedView {
 }
 
 /// Writes a safetensors file with PEFT/transformers' metadata `{"format": "pt"}` (transformers
-/// refuses files without it), through a temporary file renamed into place.
+/// refuses files without it), streamed into a temporary file renamed into place so a crash never
+/// leaves a truncated file under the real name.
 fn write_safetensors(path: &Path, views: Vec<(String, OwnedView)>) -> Result<(), PeftError> {
     let metadata = Some(HashMap::from([("format".to_owned(), "pt".to_owned())]));
-    let bytes = safetensors::tensor::serialize(views, &metadata).map_err(|source| {
+    let partial = partial_path(path);
+    safetensors::tensor::serialize_to_file(views, &metadata, &partial).map_err(|source| {
         PeftError::SafeTensors {
             path: path.to_owned(),
             source,
         }
     })?;
-    write_file(path, &bytes)
+    fs::rename(&partial, path).map_err(|source| PeftError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn partial_path(path: &Path) -> PathBuf {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    PathBuf::from(partial)
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), PeftError> {
@@ -1178,9 +1190,7 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), PeftError> {
         path: path.to_owned(),
         source,
     };
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
+    let partial = partial_path(path);
     fs::write(&partial, bytes).map_err(io_error)?;
     fs::rename(&partial, path).map_err(io_error)
 }
@@ -1234,11 +1244,14 @@ mod tests {
         "down_proj",
     ];
 
+    /// Normal values at a trained model's scale (base weights ~0.02, adapters ~0.1), so a merge
+    /// moves weights by ~1e-2 and f32 rounding stays far below the 1e-6 unmerge tolerance.
+    fn random_scaled(stdev: f64) -> Init {
+        Init::Randn { mean: 0.0, stdev }
+    }
+
     fn random() -> Init {
-        Init::Randn {
-            mean: 0.0,
-            stdev: 1.0,
-        }
+        random_scaled(0.1)
     }
 
     /// Two layers of a Qwen2-shaped model with LoRA of rank `r` on all seven projections.
@@ -1246,12 +1259,12 @@ mod tests {
         let mut vs = VarStore::new(Device::Cpu);
         let root = vs.root();
         let embed = &root / "model" / "embed_tokens";
-        let _ = embed.var("weight", &[16, 8], random());
+        let _ = embed.var("weight", &[16, 8], random_scaled(0.02));
         for layer in 0..2 {
             let layer_path = &root / "model" / "layers" / layer;
             for (block, projection, out_features, in_features) in PROJECTIONS {
                 let module = &layer_path / block / projection;
-                let _ = module.var("weight", &[out_features, in_features], random());
+                let _ = module.var("weight", &[out_features, in_features], random_scaled(0.02));
                 if projection != "o_proj" && block == "self_attn" {
                     let _ = module.var("bias", &[out_features], random());
                 }
