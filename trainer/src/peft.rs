@@ -688,7 +688,8 @@ pub fn save_adapter(vs: &VarStore, config: &AdapterConfig, dir: &Path) -> Result
 /// Writes every `<module>.lora_{A,B}.weight` variable as `base_model.model.<module>.lora_{A,B}.weight`
 /// (safetensors metadata `{"format": "pt"}`, as PEFT writes) and the config with
 /// `inference_mode = true` (as PEFT's `save_pretrained` does). The config must agree with the
-/// VarStore: same rank, and `target_modules` selecting exactly the adapted modules.
+/// VarStore: same rank, `target_modules` selecting every adapted module, and (for a list) every
+/// entry matching at least one, as PEFT itself requires.
 pub fn save_adapter_as(
     vs: &VarStore,
     config: &AdapterConfig,
