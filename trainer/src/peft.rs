@@ -26,7 +26,9 @@ pub const ADAPTER_WEIGHTS_FILE: &str = "adapter_model.safetensors";
 pub const MERGED_WEIGHTS_FILE: &str = "model.safetensors";
 /// The index of a sharded merged checkpoint (Hugging Face's name, which vLLM looks for).
 pub const MERGED_INDEX_FILE: &str = "model.safetensors.index.json";
-/// Hugging Face's default shard size for `save_pretrained` (5 GB).
+/// Shard size of merged checkpoints unless told otherwise: 5 GB, the size checkpoints on the
+/// Hugging Face Hub are customarily split at (transformers 4's default; transformers 5 writes up to
+/// 50 GB per file). Smaller files load in parallel and resume better when copied.
 pub const DEFAULT_MAX_SHARD_BYTES: u64 = 5_000_000_000;
 
 /// PEFT wraps the model twice (`PeftModel.base_model` is a `LoraModel` whose `.model` is ours).
@@ -999,6 +1001,7 @@ pub fn save_merged_checkpoint(
     let mut shards: Vec<Vec<usize>> = vec![Vec::new()];
     let mut shard_bytes = 0u64;
     let mut total_bytes = 0u64;
+    let mut total_parameters = 0u64;
     for (index, (_, tensor)) in base.iter().enumerate() {
         let bytes = (tensor.numel() * tensor.kind().elt_size_in_bytes()) as u64;
         if shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes {
@@ -1010,6 +1013,7 @@ pub fn save_merged_checkpoint(
         }
         shard_bytes += bytes;
         total_bytes += bytes;
+        total_parameters += tensor.numel() as u64;
     }
 
     let count = shards.len();
@@ -1037,7 +1041,8 @@ pub fn save_merged_checkpoint(
     }
     if count > 1 {
         let index = serde_json::json!({
-            "metadata": { "total_size": total_bytes },
+            // What transformers 5 writes: bytes (read by loaders) and the parameter count.
+            "metadata": { "total_size": total_bytes, "total_parameters": total_parameters },
             "weight_map": weight_map,
         });
         let path = out_dir.join(MERGED_INDEX_FILE);
@@ -1877,6 +1882,10 @@ mod tests {
         assert!(files.len() > 2, "{files:?}");
         assert!(files.contains(&format!("model-00001-of-{:05}.safetensors", files.len())));
         assert_eq!(index["metadata"]["total_size"], Value::from(total));
+        assert_eq!(
+            index["metadata"]["total_parameters"],
+            Value::from(total / 4)
+        );
         assert!(!out.path().join(MERGED_WEIGHTS_FILE).exists());
     }
 
