@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs what arc-rec needs to build, test and run, and nothing twice (idempotent):
 #   - PostgreSQL server binaries (Debian's `postgresql`) when no initdb/pg_ctl can be found;
-#   - a project-local virtualenv `.venv` with torch==2.11.0 from PyPI (libtorch for tch 0.24).
+#   - a project-local virtualenv `.venv` with torch==2.11.0 from PyPI (libtorch for tch 0.24),
+#     plus transformers==5.23.0 and peft==0.21.2 (the PEFT cross-check test and bench/).
 # Set ARC_REC_SKIP_TORCH=1 to skip the virtualenv (for `--no-default-features` builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.11.0
+TRANSFORMERS_VERSION=5.23.0
+PEFT_VERSION=0.21.2
 
 have_postgres() {
     command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1 && return 0
@@ -35,6 +38,17 @@ if [ "${ARC_REC_SKIP_TORCH:-0}" != "1" ]; then
         echo "setup: installing torch==$TORCH_VERSION into .venv (from PyPI; about 3 GB with its CUDA libraries)"
         python3 -m venv .venv
         .venv/bin/pip install --quiet --progress-bar off "torch==$TORCH_VERSION"
+    fi
+    # Installed after torch and checked separately, so a venv from before they were added gets
+    # them without reinstalling torch (pip keeps the satisfied torch pin).
+    if ! .venv/bin/python -c "
+import sys
+from importlib.metadata import version
+sys.exit(version('transformers') != '$TRANSFORMERS_VERSION' or version('peft') != '$PEFT_VERSION')
+" >/dev/null 2>&1; then
+        echo "setup: installing transformers==$TRANSFORMERS_VERSION and peft==$PEFT_VERSION into .venv"
+        .venv/bin/pip install --quiet --progress-bar off "torch==$TORCH_VERSION" \
+            "transformers==$TRANSFORMERS_VERSION" "peft==$PEFT_VERSION"
     fi
 fi
 echo "setup: ok"

@@ -6,3 +6,4 @@
 
 pub mod device;
 pub mod model;
+pub mod peft;
