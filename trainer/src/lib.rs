@@ -5,5 +5,7 @@
 //! pass@k-aware RL loop build on it.
 
 pub mod device;
+pub mod logprobs;
 pub mod model;
 pub mod peft;
+pub mod train_step;

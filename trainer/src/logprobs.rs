@@ -1,0 +1,240 @@
+//! Per-token log-probabilities of sequences under the policy (LoRA on) or the reference model (LoRA
+//! off), with the LM head applied in chunks of scored tokens so that `[b, t, vocab]` logits in f32
+//! never exist at once (for a 152k vocabulary that alone would be 2.5 GB per 4096 tokens).
+//!
+//! Conventions shared by every function here:
+//! * `input_ids` `[b, t]` i64 with `t ≥ 2`; `attention_mask` `[b, t]` (bool or 0/1) or `None`;
+//! * `completion_mask` `[b, t]` (bool or 0/1) marks the tokens to score, normally the completion
+//!   after the prompt; a token is scored when it is marked and real (attention mask true) and is
+//!   not the first column (nothing precedes it);
+//! * the result is `[b, t - 1]` f32 on the model's device, column `j` holding
+//!   `log p(input_ids[:, j + 1] | input_ids[:, ..= j])` where token `j + 1` is scored and 0 elsewhere.
+//!
+//! Only scored positions go through the LM head, so prompts cost no logits at all.
+
+use tch::{Device, Kind, Tensor};
+
+use crate::model::{CausalLm, ModelError};
+
+/// Scored tokens per LM-head chunk: one chunk's f32 logits are `chunk × vocab × 4` bytes
+/// (0.6 GB for Qwen2.5's 152k vocabulary), small next to a 7B model's activations.
+pub const DEFAULT_CHUNK_TOKENS: i64 = 1024;
+
+/// Which positions of a batch are scored, flattened for the chunked LM head.
+#[derive(Debug)]
+pub struct ScoredTokens {
+    /// Batch rows.
+    pub batch: i64,
+    /// Columns of the log-prob matrix (`t - 1`).
+    pub columns: i64,
+    /// `[n]` i64: flat indices into the `[b, t - 1]` log-prob matrix of the scored positions.
+    pub flat_index: Tensor,
+    /// `[n]` i64: the token each scored position predicts.
+    pub targets: Tensor,
+    /// `[b, t - 1]` f32: 1 at scored positions, 0 elsewhere (for masked means in losses).
+    pub mask: Tensor,
+}
+
+impl ScoredTokens {
+    /// Validates the shapes and finds the scored positions on `device` (one device sync, for
+    /// their count).
+    pub fn new(
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        completion_mask: &Tensor,
+        device: Device,
+    ) -> Result<Self, ModelError> {
+        let (batch, seq) = input_ids.size2().map_err(|_| {
+            ModelError::Input(format!(
+                "input_ids must be [batch, seq], got shape {:?}",
+                input_ids.size()
+            ))
+        })?;
+        if seq < 2 {
+            return Err(ModelError::Input(format!(
+                "log-probs need at least two tokens per row, input_ids has shape [{batch}, {seq}]"
+            )));
+        }
+        let columns = seq - 1;
+        let as_bool_targets = |mask: &Tensor, name: &str| -> Result<Tensor, ModelError> {
+            if mask.size() != [batch, seq] {
+                return Err(ModelError::Input(format!(
+                    "{name} has shape {:?}, expected [{batch}, {seq}] like input_ids",
+                    mask.size()
+                )));
+            }
+            Ok(mask
+                .f_to_device(device)?
+                .f_to_kind(Kind::Bool)?
+                .f_narrow(1, 1, columns)?)
+        };
+        let mut scored = as_bool_targets(completion_mask, "completion_mask")?;
+        if let Some(attention_mask) = attention_mask {
+            scored = scored.f_logical_and(&as_bool_targets(attention_mask, "attention_mask")?)?;
+        }
+        let flat_index = scored.f_reshape([-1])?.f_nonzero()?.f_squeeze_dim(1)?;
+        let targets = input_ids
+            .f_to_device(device)?
+            .f_narrow(1, 1, columns)?
+            .f_reshape([-1])?
+            .f_index_select(0, &flat_index)?;
+        Ok(Self {
+            batch,
+            columns,
+            flat_index,
+            targets,
+            mask: scored.f_to_kind(Kind::Float)?,
+        })
+    }
+
+    /// How many tokens are scored.
+    pub fn count(&self) -> i64 {
+        self.flat_index.size()[0]
+    }
+
+    /// The hidden states `[n, hidden]` that predict the scored tokens, from `[b, t, hidden]`.
+    pub fn select_rows(&self, hidden: &Tensor) -> Result<Tensor, ModelError> {
+        let width = hidden.size().last().copied().unwrap_or(0);
+        Ok(hidden
+            .f_narrow(1, 0, self.columns)?
+            .f_reshape([-1, width])?
+            .f_index_select(0, &self.flat_index)?)
+    }
+
+    /// Places per-token values `[n]` into a zero `[b, t - 1]` f32 matrix (differentiable).
+    pub fn scatter(&self, values: &Tensor) -> Result<Tensor, ModelError> {
+        let device = values.device();
+        let zeros = Tensor::f_zeros([self.batch * self.columns], (Kind::Float, device))?;
+        Ok(zeros
+            .f_index_copy(0, &self.flat_index, values)?
+            .f_view([self.batch, self.columns])?)
+    }
+}
+
+/// `log p(target)` `[n]` f32 for hidden rows `[n, hidden]`: the LM head runs on `chunk_tokens` rows
+/// at a time and each chunk's log-softmax is taken in f32, so the largest temporary is one chunk's
+/// `[chunk, vocab]` f32 logits. Differentiable with respect to `rows` when autograd is on.
+pub fn head_logprobs(
+    model: &CausalLm,
+    rows: &Tensor,
+    targets: &Tensor,
+    chunk_tokens: i64,
+) -> Result<Tensor, ModelError> {
+    if chunk_tokens <= 0 {
+        return Err(ModelError::Input(format!(
+            "chunk_tokens must be positive, got {chunk_tokens}"
+        )));
+    }
+    let count = rows.size()[0];
+    let targets = targets.f_to_device(rows.device())?;
+    if count == 0 {
+        return Ok(Tensor::f_zeros([0], (Kind::Float, rows.device()))?);
+    }
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    while start < count {
+        let len = chunk_tokens.min(count - start);
+        let logits = model.lm_head(&rows.f_narrow(0, start, len)?);
+        let log_probs = logits.f_log_softmax(-1, Kind::Float)?;
+        let chosen = targets.f_narrow(0, start, len)?.f_unsqueeze(1)?;
+        pieces.push(log_probs.f_gather(1, &chosen, false)?.f_squeeze_dim(1)?);
+        start += len;
+    }
+    Ok(Tensor::f_cat(&pieces, 0)?)
+}
+
+/// Log-probs `[b, t - 1]` under the model as it is (adapters as switched), with autograd: gradients
+/// flow into the LoRA adapters. Training forward (adapter dropout on). See the module docs for the
+/// arguments.
+///
+/// Autograd keeps each chunk's f32 log-softmax for the backward pass, so the saved activations are
+/// `n × vocab × 4` bytes for n scored tokens; [`crate::train_step::LoraTrainer`] avoids that by
+/// recomputing the head chunk by chunk in its backward pass.
+pub fn sequence_logprobs(
+    model: &CausalLm,
+    input_ids: &Tensor,
+    attention_mask: Option<&Tensor>,
+    completion_mask: &Tensor,
+) -> Result<Tensor, ModelError> {
+    sequence_logprobs_chunked(
+        model,
+        input_ids,
+        attention_mask,
+        completion_mask,
+        DEFAULT_CHUNK_TOKENS,
+    )
+}
+
+/// [`sequence_logprobs`] with an explicit LM-head chunk size.
+pub fn sequence_logprobs_chunked(
+    model: &CausalLm,
+    input_ids: &Tensor,
+    attention_mask: Option<&Tensor>,
+    completion_mask: &Tensor,
+    chunk_tokens: i64,
+) -> Result<Tensor, ModelError> {
+    logprobs_with(
+        model,
+        input_ids,
+        attention_mask,
+        completion_mask,
+        chunk_tokens,
+        true,
+    )
+}
+
+/// Log-probs `[b, t - 1]` without autograd and with adapter dropout off, adapters as switched:
+/// the behaviour policy's log-probs of sampled completions (e.g. PPO's "old" log-probs).
+pub fn score_logprobs(
+    model: &CausalLm,
+    input_ids: &Tensor,
+    attention_mask: Option<&Tensor>,
+    completion_mask: &Tensor,
+) -> Result<Tensor, ModelError> {
+    tch::no_grad(|| {
+        logprobs_with(
+            model,
+            input_ids,
+            attention_mask,
+            completion_mask,
+            DEFAULT_CHUNK_TOKENS,
+            false,
+        )
+    })
+}
+
+/// Log-probs `[b, t - 1]` under the frozen base model (the RL reference policy): adapters are
+/// switched off for this call only (restored even on error), no autograd.
+pub fn reference_logprobs(
+    model: &CausalLm,
+    input_ids: &Tensor,
+    attention_mask: Option<&Tensor>,
+    completion_mask: &Tensor,
+) -> Result<Tensor, ModelError> {
+    let switch = model.adapters();
+    let was_enabled = switch.enabled();
+    switch.set_enabled(false);
+    let result = score_logprobs(model, input_ids, attention_mask, completion_mask);
+    switch.set_enabled(was_enabled);
+    result
+}
+
+fn logprobs_with(
+    model: &CausalLm,
+    input_ids: &Tensor,
+    attention_mask: Option<&Tensor>,
+    completion_mask: &Tensor,
+    chunk_tokens: i64,
+    train: bool,
+) -> Result<Tensor, ModelError> {
+    let scored = ScoredTokens::new(
+        input_ids,
+        attention_mask,
+        completion_mask,
+        model.runtime().device,
+    )?;
+    let hidden = model.hidden_states(input_ids, attention_mask, None, train)?;
+    let rows = scored.select_rows(&hidden)?;
+    let values = head_logprobs(model, &rows, &scored.targets, chunk_tokens)?;
+    scored.scatter(&values)
+}

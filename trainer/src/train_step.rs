@@ -1,0 +1,385 @@
+//! One LoRA optimisation step: policy log-probs, a loss over them, backward, gradient-norm clipping
+//! and AdamW over the adapters only (the base weights are frozen and never reach the optimizer).
+//!
+//! The backward pass recomputes the LM head chunk by chunk instead of keeping every chunk's
+//! `[chunk, vocab]` f32 log-softmax alive for autograd: the forward computes the log-probs without
+//! a graph through the head, the loss's gradient with respect to them is pushed back through one
+//! head chunk at a time into the final hidden states, and from there through the decoder. Every
+//! loss the trainer supports is a function of per-token log-probs (supervised NLL now, the RL
+//! objectives later), so this costs one extra LM-head forward and saves `n × vocab × 4` bytes.
+
+use tch::nn::{self, OptimizerConfig};
+use tch::{Kind, TchError, Tensor};
+
+use crate::logprobs::{DEFAULT_CHUNK_TOKENS, ScoredTokens, head_logprobs};
+use crate::model::{CausalLm, ModelError};
+
+/// Why a training step could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The model rejected the batch or failed.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// libtorch failed.
+    #[error("libtorch: {0}")]
+    Torch(#[from] TchError),
+    /// The trainer's settings are unusable.
+    #[error("trainer config: {0}")]
+    Config(String),
+    /// The model has nothing to train, or trainable variables that are not LoRA adapters.
+    #[error("trainable variables: {0}")]
+    Trainable(String),
+    /// The batch scores no token or the loss is unusable.
+    #[error("training batch: {0}")]
+    Batch(String),
+    /// The loss or the gradient norm is NaN or infinite; the step was not applied.
+    #[error("non-finite {what} ({value}); the optimizer step was skipped")]
+    NonFinite {
+        /// `loss` or `gradient norm`.
+        what: &'static str,
+        /// The offending value.
+        value: f64,
+    },
+}
+
+/// AdamW and clipping settings. Defaults are PyTorch's AdamW (betas 0.9/0.999, eps 1e-8, weight
+/// decay 0.01) with a LoRA-typical learning rate and gradient norm clipped at 1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainerConfig {
+    /// Learning rate.
+    pub learning_rate: f64,
+    /// AdamW β₁.
+    pub beta1: f64,
+    /// AdamW β₂.
+    pub beta2: f64,
+    /// AdamW ε.
+    pub eps: f64,
+    /// Decoupled weight decay on the adapters.
+    pub weight_decay: f64,
+    /// Clip the global L2 norm of the adapters' gradients to this; `None` disables clipping (the
+    /// norm is still measured and reported).
+    pub max_grad_norm: Option<f64>,
+    /// Scored tokens per LM-head chunk (see [`DEFAULT_CHUNK_TOKENS`]).
+    pub chunk_tokens: i64,
+}
+
+impl Default for TrainerConfig {
+    fn default() -> Self {
+        Self {
+            learning_rate: 1e-4,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            max_grad_norm: Some(1.0),
+            chunk_tokens: DEFAULT_CHUNK_TOKENS,
+        }
+    }
+}
+
+impl TrainerConfig {
+    fn validate(&self) -> Result<(), TrainError> {
+        let positive_finite = |value: f64| value.is_finite() && value > 0.0;
+        let problem = if !positive_finite(self.learning_rate) {
+            Some(format!(
+                "learning_rate must be positive and finite, got {}",
+                self.learning_rate
+            ))
+        } else if !(0.0..1.0).contains(&self.beta1) || !(0.0..1.0).contains(&self.beta2) {
+            Some(format!(
+                "betas must be in [0, 1), got ({}, {})",
+                self.beta1, self.beta2
+            ))
+        } else if !positive_finite(self.eps) {
+            Some(format!("eps must be positive, got {}", self.eps))
+        } else if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            Some(format!(
+                "weight_decay must be non-negative, got {}",
+                self.weight_decay
+            ))
+        } else if self
+            .max_grad_norm
+            .is_some_and(|norm| !positive_finite(norm))
+        {
+            Some(format!(
+                "max_grad_norm must be positive, got {:?}",
+                self.max_grad_norm
+            ))
+        } else if self.chunk_tokens <= 0 {
+            Some(format!(
+                "chunk_tokens must be positive, got {}",
+                self.chunk_tokens
+            ))
+        } else {
+            None
+        };
+        problem.map_or(Ok(()), |message| Err(TrainError::Config(message)))
+    }
+}
+
+/// Token sequences to train on (see [`crate::logprobs`] for the masks' meaning).
+#[derive(Debug)]
+pub struct TrainBatch {
+    /// `[b, t]` i64.
+    pub input_ids: Tensor,
+    /// `[b, t]` bool or 0/1, false on padding; `None` when every token is real.
+    pub attention_mask: Option<Tensor>,
+    /// `[b, t]` bool or 0/1: the tokens whose log-probs the loss sees.
+    pub completion_mask: Tensor,
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepStats {
+    /// The loss before the update.
+    pub loss: f64,
+    /// Global L2 norm of the adapters' gradients before clipping.
+    pub grad_norm: f64,
+    /// Tokens the loss scored.
+    pub tokens: i64,
+}
+
+/// AdamW over a model's LoRA adapters.
+#[derive(Debug)]
+pub struct LoraTrainer {
+    optimizer: nn::Optimizer,
+    /// The optimizer's variables (the adapters), for gradient norms.
+    trainable: Vec<Tensor>,
+    config: TrainerConfig,
+}
+
+impl LoraTrainer {
+    /// An optimizer over `model`'s trainable variables, which must all be LoRA adapters (attach them
+    /// first with [`CausalLm::attach_lora`]).
+    pub fn new(model: &CausalLm, config: TrainerConfig) -> Result<Self, TrainError> {
+        config.validate()?;
+        let store = model.var_store();
+        let trainable = store.trainable_variables();
+        if trainable.is_empty() {
+            return Err(TrainError::Trainable(
+                "the model has no trainable variables; attach LoRA adapters first".into(),
+            ));
+        }
+        let lora_count = store
+            .variables()
+            .iter()
+            .filter(|(name, tensor)| {
+                tensor.requires_grad()
+                    && (name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight"))
+            })
+            .count();
+        if lora_count != trainable.len() {
+            return Err(TrainError::Trainable(format!(
+                "{} trainable variables but only {lora_count} are LoRA adapters; base weights must stay frozen",
+                trainable.len()
+            )));
+        }
+        let optimizer = nn::AdamW {
+            beta1: config.beta1,
+            beta2: config.beta2,
+            wd: config.weight_decay,
+            eps: config.eps,
+            amsgrad: false,
+        }
+        .build(store, config.learning_rate)?;
+        Ok(Self {
+            optimizer,
+            trainable,
+            config,
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &TrainerConfig {
+        &self.config
+    }
+
+    /// Changes the learning rate (schedules).
+    pub fn set_learning_rate(&mut self, learning_rate: f64) -> Result<(), TrainError> {
+        if !(learning_rate.is_finite() && learning_rate > 0.0) {
+            return Err(TrainError::Config(format!(
+                "learning_rate must be positive and finite, got {learning_rate}"
+            )));
+        }
+        self.optimizer.set_lr(learning_rate);
+        self.config.learning_rate = learning_rate;
+        Ok(())
+    }
+
+    /// How many values the optimizer updates.
+    pub fn trainable_parameters(&self) -> i64 {
+        self.trainable.iter().map(Tensor::numel).sum::<usize>() as i64
+    }
+
+    /// Supervised fine-tuning step: the mean negative log-likelihood of the scored tokens.
+    pub fn supervised_step(
+        &mut self,
+        model: &CausalLm,
+        batch: &TrainBatch,
+    ) -> Result<StepStats, TrainError> {
+        self.step(model, batch, masked_mean_nll)
+    }
+
+    /// One step with any loss of the policy log-probs: `loss_fn(logprobs, scored_mask)` gets the
+    /// `[b, t - 1]` f32 log-probs (differentiable) and the matching 0/1 mask of scored positions,
+    /// and returns a scalar. The gradients are clipped, AdamW updates the adapters and the
+    /// gradients are cleared. A non-finite loss or gradient norm skips the update and errs.
+    pub fn step<F>(
+        &mut self,
+        model: &CausalLm,
+        batch: &TrainBatch,
+        loss_fn: F,
+    ) -> Result<StepStats, TrainError>
+    where
+        F: FnOnce(&Tensor, &Tensor) -> Result<Tensor, TrainError>,
+    {
+        self.optimizer.zero_grad();
+        let outcome = self.backward_and_update(model, batch, loss_fn);
+        // Never leave gradients behind: a failed step must not leak into the next one.
+        self.optimizer.zero_grad();
+        outcome
+    }
+
+    fn backward_and_update<F>(
+        &mut self,
+        model: &CausalLm,
+        batch: &TrainBatch,
+        loss_fn: F,
+    ) -> Result<StepStats, TrainError>
+    where
+        F: FnOnce(&Tensor, &Tensor) -> Result<Tensor, TrainError>,
+    {
+        let (loss, tokens) = accumulate_gradients(model, batch, self.config.chunk_tokens, loss_fn)?;
+        if !loss.is_finite() {
+            return Err(TrainError::NonFinite {
+                what: "loss",
+                value: loss,
+            });
+        }
+        let grad_norm = self.clip_gradients()?;
+        if !grad_norm.is_finite() {
+            return Err(TrainError::NonFinite {
+                what: "gradient norm",
+                value: grad_norm,
+            });
+        }
+        self.optimizer.step();
+        Ok(StepStats {
+            loss,
+            grad_norm,
+            tokens,
+        })
+    }
+
+    /// Measures the global gradient norm (in f32) and, when it exceeds `max_grad_norm`, scales
+    /// every gradient by `max / (norm + 1e-6)` as `torch.nn.utils.clip_grad_norm_` does.
+    fn clip_gradients(&self) -> Result<f64, TrainError> {
+        let grads: Vec<Tensor> = self
+            .trainable
+            .iter()
+            .map(Tensor::grad)
+            .filter(Tensor::defined)
+            .collect();
+        if grads.is_empty() {
+            return Err(TrainError::Batch(
+                "the loss produced no gradient for any adapter".into(),
+            ));
+        }
+        tch::no_grad(|| {
+            let norms = grads
+                .iter()
+                .map(|grad| grad.f_to_kind(Kind::Float)?.f_norm())
+                .collect::<Result<Vec<_>, _>>()?;
+            let total = Tensor::f_stack(&norms, 0)?.f_norm()?.f_double_value(&[])?;
+            if let Some(max) = self.config.max_grad_norm {
+                let coefficient = max / (total + 1e-6);
+                if coefficient < 1.0 {
+                    for grad in &grads {
+                        let _ = grad.shallow_clone().f_mul_scalar_(coefficient)?;
+                    }
+                }
+            }
+            Ok(total)
+        })
+    }
+}
+
+/// `-Σ logprob · mask / Σ mask`: the mean negative log-likelihood of the scored tokens (what
+/// transformers' causal-LM loss computes when the labels are the scored tokens).
+pub fn masked_mean_nll(logprobs: &Tensor, scored_mask: &Tensor) -> Result<Tensor, TrainError> {
+    let total = (logprobs * scored_mask).f_sum(Kind::Float)?;
+    let count = scored_mask.f_sum(Kind::Float)?.f_clamp_min(1.0)?;
+    Ok(total.f_neg()?.f_div(&count)?)
+}
+
+/// Runs the forward, `loss_fn` and the backward pass, leaving the adapters' gradients in their
+/// `.grad()`; returns the loss and the number of scored tokens. The LM head is run twice per chunk
+/// (without a graph for the loss, with one for its backward) so at most one chunk's logits are held
+/// for autograd at any time.
+pub fn accumulate_gradients<F>(
+    model: &CausalLm,
+    batch: &TrainBatch,
+    chunk_tokens: i64,
+    loss_fn: F,
+) -> Result<(f64, i64), TrainError>
+where
+    F: FnOnce(&Tensor, &Tensor) -> Result<Tensor, TrainError>,
+{
+    let attention_mask = batch.attention_mask.as_ref();
+    let scored = ScoredTokens::new(
+        &batch.input_ids,
+        attention_mask,
+        &batch.completion_mask,
+        model.runtime().device,
+    )?;
+    let tokens = scored.count();
+    if tokens == 0 {
+        return Err(TrainError::Batch(
+            "no token is scored (completion_mask is false on every real token after the first column)"
+                .into(),
+        ));
+    }
+    let hidden = model.hidden_states(&batch.input_ids, attention_mask, None, true)?;
+    let rows = scored.select_rows(&hidden)?;
+    // The head's input as a leaf: its gradient collects the head's backward, chunk by chunk.
+    let rows_leaf = rows.f_detach()?.set_requires_grad(true);
+
+    let values = tch::no_grad(|| head_logprobs(model, &rows_leaf, &scored.targets, chunk_tokens))?;
+    let logprobs = scored.scatter(&values)?.set_requires_grad(true);
+    let loss = loss_fn(&logprobs, &scored.mask)?;
+    if loss.numel() != 1 {
+        return Err(TrainError::Batch(format!(
+            "the loss must be a scalar, got shape {:?}",
+            loss.size()
+        )));
+    }
+    let loss_value = loss.f_double_value(&[])?;
+    loss.f_backward()?;
+    let logprob_grad = logprobs.grad();
+    if !logprob_grad.defined() {
+        return Err(TrainError::Batch(
+            "the loss does not depend on the log-probs it was given".into(),
+        ));
+    }
+    let token_grad = logprob_grad
+        .f_reshape([-1])?
+        .f_index_select(0, &scored.flat_index)?;
+
+    let mut start = 0;
+    while start < tokens {
+        let len = chunk_tokens.min(tokens - start);
+        let chunk = head_logprobs(
+            model,
+            &rows_leaf.f_narrow(0, start, len)?,
+            &scored.targets.f_narrow(0, start, len)?,
+            chunk_tokens,
+        )?;
+        (chunk * token_grad.f_narrow(0, start, len)?)
+            .f_sum(Kind::Float)?
+            .f_backward()?;
+        start += len;
+    }
+    let rows_grad = rows_leaf.grad();
+    (rows * rows_grad).f_sum(Kind::Float)?.f_backward()?;
+    Ok((loss_value, tokens))
+}
