@@ -4,6 +4,7 @@
 //! CUDA, f32 on CPU) and reports what libtorch sees. The model, LoRA, sampling, graders and the
 //! pass@k-aware RL loop build on it.
 
+pub mod bench_model;
 pub mod device;
 pub mod logprobs;
 pub mod model;

@@ -1,0 +1,336 @@
+//! Measurements behind `arc-rec bench model`: LoRA training-step throughput of our tch model on
+//! random token batches, random-initialised models of real shapes (no checkpoint needed), and the
+//! PyTorch reference (`bench/model_reference.py`) run in the same process so ratios compare like
+//! with like.
+//!
+//! Generation throughput plugs in through [`measure`]: the generation code times its own batch-1
+//! and k-sample loops with it and reports the same [`Throughput`] as the training step.
+//!
+//! Peak memory: tch 0.24 exposes none of libtorch's CUDA caching-allocator statistics
+//! (`torch.cuda.max_memory_allocated`), so [`Throughput::peak_memory_bytes`] is `None` for now on
+//! every device; the Python reference reports its own figure. Filling it needs a small C++ shim
+//! over `c10::cuda::CUDACachingAllocator::getDeviceStats` (not part of this slice).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use tch::{Device, Kind, Tensor};
+
+use crate::device::Runtime;
+use crate::model::{Architecture, CausalLm, Config, LoraConfig, ModelError, Rope, RopeScaling};
+use crate::train_step::{LoraTrainer, TrainBatch, TrainError, TrainerConfig};
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The model failed.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The training step failed.
+    #[error(transparent)]
+    Train(#[from] TrainError),
+    /// libtorch failed.
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+    /// The requested sizes cannot be measured.
+    #[error("benchmark settings: {0}")]
+    Settings(String),
+    /// The reference script could not be started.
+    #[error("cannot run {python} {script}: {source}")]
+    Spawn {
+        /// The interpreter.
+        python: String,
+        /// The script.
+        script: String,
+        /// Why it did not start.
+        source: std::io::Error,
+    },
+    /// The reference script exited with an error.
+    #[error("{script} exited with {status}; stderr:\n{stderr}")]
+    ReferenceFailed {
+        /// The script.
+        script: String,
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+    /// The reference script's stdout is not one JSON object.
+    #[error("{script} printed no JSON object on stdout: {source}")]
+    ReferenceOutput {
+        /// The script.
+        script: String,
+        /// The parse failure.
+        source: serde_json::Error,
+    },
+}
+
+/// Timings of one repeated workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Throughput {
+    /// Wall-clock seconds of every timed repetition.
+    pub seconds: Vec<f64>,
+    /// Median of `seconds`.
+    pub median_s: f64,
+    /// Tokens processed per repetition.
+    pub tokens_per_repeat: i64,
+    /// `tokens_per_repeat / median_s`.
+    pub tokens_per_s: f64,
+    /// Peak device memory allocated by tensors during the workload; `None` where it cannot be read
+    /// (see the module docs: tch exposes no allocator statistics).
+    pub peak_memory_bytes: Option<u64>,
+}
+
+/// The LoRA training step's figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainStepThroughput {
+    /// Timings; tokens are `batch × seq_len` per step.
+    pub throughput: Throughput,
+    /// Sequences per step.
+    pub batch: i64,
+    /// Tokens per sequence.
+    pub seq_len: i64,
+    /// Values AdamW updates.
+    pub trainable_parameters: i64,
+    /// The loss of every step, warm-up included.
+    pub losses: Vec<f64>,
+}
+
+/// Waits for queued device work so wall-clock readings cover it (a no-op on the CPU).
+pub fn synchronize(device: Device) {
+    if let Device::Cuda(index) = device {
+        tch::Cuda::synchronize(index as i64);
+    }
+}
+
+/// Runs `work` `warmup` times untimed, then `repeats` times timed, synchronising the device around
+/// every timing; `tokens_per_repeat` converts the median into tokens per second. The seam for
+/// every phase of the model benchmark (training here, generation in the generation code).
+pub fn measure<E>(
+    device: Device,
+    warmup: usize,
+    repeats: usize,
+    tokens_per_repeat: i64,
+    mut work: impl FnMut() -> Result<(), E>,
+) -> Result<Throughput, E>
+where
+    E: From<BenchError>,
+{
+    if repeats == 0 || tokens_per_repeat <= 0 {
+        return Err(BenchError::Settings(format!(
+            "need at least one timed repetition and a positive token count (repeats {repeats}, tokens {tokens_per_repeat})"
+        ))
+        .into());
+    }
+    for _ in 0..warmup {
+        work()?;
+    }
+    let mut seconds = Vec::with_capacity(repeats);
+    for _ in 0..repeats {
+        synchronize(device);
+        let start = Instant::now();
+        work()?;
+        synchronize(device);
+        seconds.push(start.elapsed().as_secs_f64());
+    }
+    let median_s = median(&seconds);
+    Ok(Throughput {
+        median_s,
+        tokens_per_repeat,
+        tokens_per_s: tokens_per_repeat as f64 / median_s,
+        seconds,
+        peak_memory_bytes: None,
+    })
+}
+
+/// The median of a non-empty list (mean of the middle two for even lengths, as Python's
+/// `statistics.median`).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    if sorted.len().is_multiple_of(2) {
+        (sorted[middle - 1] + sorted[middle]) / 2.0
+    } else {
+        sorted[middle]
+    }
+}
+
+/// Forward + backward + AdamW step on `model`'s LoRA adapters over a random batch of `batch`
+/// sequences of `seq_len` tokens, loss = mean next-token NLL over every position (what the
+/// reference's `labels=input_ids` computes), learning rate 1e-4 and no gradient clipping like the
+/// reference. Attach the adapters first (`LoraConfig::default()` is the benchmark's r=16,
+/// alpha=32 on all seven projections). The adapters change as it runs.
+pub fn train_step_throughput(
+    model: &CausalLm,
+    batch: i64,
+    seq_len: i64,
+    steps: usize,
+    warmup: usize,
+) -> Result<TrainStepThroughput, BenchError> {
+    if batch <= 0 || seq_len < 2 {
+        return Err(BenchError::Settings(format!(
+            "training batch needs batch ≥ 1 and seq_len ≥ 2, got {batch} × {seq_len}"
+        )));
+    }
+    let device = model.runtime().device;
+    let input_ids = Tensor::f_randint(
+        model.config().vocab_size,
+        [batch, seq_len],
+        (Kind::Int64, device),
+    )?;
+    let completion_mask = Tensor::f_ones([batch, seq_len], (Kind::Bool, device))?;
+    let train_batch = TrainBatch {
+        input_ids,
+        attention_mask: None,
+        completion_mask,
+    };
+    let config = TrainerConfig {
+        learning_rate: 1e-4,
+        max_grad_norm: None,
+        ..TrainerConfig::default()
+    };
+    let mut trainer = LoraTrainer::new(model, config)?;
+    let mut losses = Vec::with_capacity(warmup + steps);
+    let throughput = measure(device, warmup, steps, batch * seq_len, || {
+        let stats = trainer.supervised_step(model, &train_batch)?;
+        losses.push(stats.loss);
+        Ok::<(), BenchError>(())
+    })?;
+    Ok(TrainStepThroughput {
+        throughput,
+        batch,
+        seq_len,
+        trainable_parameters: trainer.trainable_parameters(),
+        losses,
+    })
+}
+
+/// Qwen2.5-7B's shapes (its config.json without tokenizer ids, which random weights do not need).
+pub fn qwen2_5_7b_config() -> Config {
+    Config {
+        architecture: Architecture::Qwen2,
+        vocab_size: 152_064,
+        hidden_size: 3584,
+        intermediate_size: 18_944,
+        num_hidden_layers: 28,
+        num_attention_heads: 28,
+        num_key_value_heads: 4,
+        head_dim: 3584 / 28,
+        rms_norm_eps: 1e-6,
+        max_position_embeddings: 32_768,
+        tie_word_embeddings: false,
+        qkv_bias: true,
+        o_proj_bias: false,
+        mlp_bias: false,
+        rope: Rope {
+            theta: 1_000_000.0,
+            scaling: RopeScaling::Default,
+        },
+        bos_token_id: None,
+        eos_token_ids: Vec::new(),
+        stored_dtype: Some("bfloat16".to_owned()),
+    }
+}
+
+/// How many values the base model of `config` holds (LoRA excluded), without allocating it:
+/// 7,615,616,512 for [`qwen2_5_7b_config`].
+pub fn parameter_count(config: &Config) -> i64 {
+    let hidden = config.hidden_size;
+    let q_width = config.num_attention_heads * config.head_dim;
+    let kv_width = config.num_key_value_heads * config.head_dim;
+    let bias = |present: bool, width: i64| if present { width } else { 0 };
+    let attention = hidden * q_width
+        + 2 * hidden * kv_width
+        + q_width * hidden
+        + bias(config.qkv_bias, q_width + 2 * kv_width)
+        + bias(config.o_proj_bias, hidden);
+    let mlp = 3 * hidden * config.intermediate_size
+        + bias(config.mlp_bias, 2 * config.intermediate_size + hidden);
+    let layer = attention + mlp + 2 * hidden;
+    let embeddings = config.vocab_size * hidden;
+    let head = if config.tie_word_embeddings {
+        0
+    } else {
+        embeddings
+    };
+    embeddings + config.num_hidden_layers * layer + hidden + head
+}
+
+/// A model of `config`'s shapes built directly on `runtime`'s device in its kind, with random
+/// weights ([`randomize_base_weights`] with `std`) and, when `lora` is given, adapters attached.
+/// Random weights cost the same per forward as trained ones, so this benchmarks a 7B model
+/// without its 15 GB checkpoint.
+pub fn random_model(
+    config: Config,
+    runtime: Runtime,
+    std: f64,
+    lora: Option<&LoraConfig>,
+) -> Result<CausalLm, BenchError> {
+    let mut model = CausalLm::new(config, runtime)?;
+    randomize_base_weights(&model, std)?;
+    if let Some(lora) = lora {
+        model.attach_lora(lora)?;
+    }
+    Ok(model)
+}
+
+/// Fills the base weights in place as transformers initialises a fresh model: norm weights 1,
+/// biases 0, every other weight normal(0, std). LoRA variables are left alone.
+pub fn randomize_base_weights(model: &CausalLm, std: f64) -> Result<(), BenchError> {
+    if !(std.is_finite() && std > 0.0) {
+        return Err(BenchError::Settings(format!(
+            "std must be positive, got {std}"
+        )));
+    }
+    tch::no_grad(|| {
+        for (name, mut tensor) in model.var_store().variables() {
+            if name.contains(".lora_") {
+                continue;
+            }
+            if name.ends_with("norm.weight") {
+                let _ = tensor.f_fill_(1.0)?;
+            } else if name.ends_with(".bias") {
+                let _ = tensor.f_zero_()?;
+            } else {
+                let _ = tensor.f_normal_(0.0, std)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Runs the PyTorch reference benchmark (`script`, normally `bench/model_reference.py`) with
+/// `python` and `args` (e.g. `["--tiny"]` or `["--shape", "qwen2.5-7b", "--phases",
+/// "lora_train_step"]`) and returns the JSON object it prints. Its progress (stderr) is returned
+/// only in errors.
+pub fn run_reference_bench(
+    python: &Path,
+    script: &Path,
+    args: &[&str],
+) -> Result<serde_json::Value, BenchError> {
+    let output = Command::new(python)
+        .arg(script)
+        .args(args)
+        // No Hugging Face Hub is reachable; the reference builds or loads models locally.
+        .env("HF_HUB_OFFLINE", "1")
+        .env("TRANSFORMERS_VERBOSITY", "error")
+        .output()
+        .map_err(|source| BenchError::Spawn {
+            python: python.display().to_string(),
+            script: script.display().to_string(),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(BenchError::ReferenceFailed {
+            script: script.display().to_string(),
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    serde_json::from_slice(&output.stdout).map_err(|source| BenchError::ReferenceOutput {
+        script: script.display().to_string(),
+        source,
+    })
+}
