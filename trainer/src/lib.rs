@@ -5,5 +5,6 @@
 //! pass@k-aware RL loop build on it.
 
 pub mod device;
+pub mod generate;
 pub mod model;
 pub mod peft;
