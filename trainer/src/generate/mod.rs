@@ -65,7 +65,10 @@ pub enum FinishedRows {
     KeepStepping,
     /// Once at least half of the batch's rows have finished, copy the cache down to the unfinished
     /// rows ([`KvCache::select_rows`]), so later steps compute only those. Halving bounds the
-    /// copying to about twice the cache's size over a whole generation.
+    /// copying to about twice the cache's size over a whole generation. The default: on the CPU
+    /// (tiny-qwen2, 2 prompts × 16 samples, scattered eos) it decoded in 17.5 ms against 26.5 ms
+    /// for [`Self::KeepStepping`], computing 547 rows instead of 1728 over the same 54 steps.
+    /// A latency-bound GPU step gains less, but the copy is cheap there too.
     #[default]
     DropWhenHalfFinished,
 }
@@ -80,7 +83,8 @@ pub struct GenerationRequest<'a> {
     pub num_samples: usize,
     /// Most tokens generated per sample (≥ 1).
     pub max_new_tokens: usize,
-    /// 0 means greedy; otherwise a positive, finite divisor of the logits.
+    /// 0 means greedy (top_k and top_p are then moot); otherwise a positive, finite divisor of
+    /// the logits.
     pub temperature: f64,
     /// Keep the `top_k` most likely tokens; 0 is off.
     pub top_k: usize,
