@@ -1,11 +1,18 @@
 //! The recommender language model and its RL fine-tuning; the only crate that links libtorch.
 //!
-//! This first slice proves the link: [`device::Runtime`] chooses the device and dtype once (bf16 on
-//! CUDA, f32 on CPU) and reports what libtorch sees. The model, LoRA, sampling, graders and the
-//! pass@k-aware RL loop build on it.
+//! - [`device`]: the device and dtype, chosen once (bf16 on CUDA, f32 on CPU).
+//! - [`model`]: the Qwen2/Llama decoder read from Hugging Face checkpoints, LoRA-capable linear
+//!   layers and the KV cache.
+//! - [`generate`]: k samples per prompt over one prefill, with the sampled tokens' log-probs.
+//! - [`logprobs`], [`train_step`]: chunked token log-probs and the LoRA AdamW step.
+//! - [`peft`]: adapters in PEFT's on-disk format, merging them into the base weights.
+//! - [`bench_model`]: the measurements behind `arc-rec bench model`.
+//!
+//! The graders and the pass@k-aware RL loop build on these.
 
 pub mod bench_model;
 pub mod device;
+pub mod generate;
 pub mod logprobs;
 pub mod model;
 pub mod peft;
