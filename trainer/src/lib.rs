@@ -4,4 +4,8 @@
 //! CUDA, f32 on CPU) and reports what libtorch sees. The model, LoRA, sampling, graders and the
 //! pass@k-aware RL loop build on it.
 
+pub mod chat_template;
 pub mod device;
+pub mod generation_config;
+pub mod preset;
+pub mod tokenizer;
