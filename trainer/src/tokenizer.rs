@@ -249,7 +249,8 @@ impl Tokenizer {
     /// One special token, from the first file that names it: tokenizer_config.json's
     /// `<name>_token` text, else generation_config.json's `<name>_token_id` (first of a list),
     /// else config.json's `<name>_token_id`. An explicit null in tokenizer_config.json means
-    /// "none" only when no other file names an id (Qwen2.5 says `bos_token: null`).
+    /// "none", as transformers reads it: Qwen2.5 says `bos_token: null` and has no bos, although
+    /// its generation_config.json names a `bos_token_id`.
     fn resolve_special(
         &self,
         name: &str,
@@ -260,8 +261,11 @@ impl Tokenizer {
     ) -> Result<Option<SpecialToken>, TokenizerError> {
         let text_field = format!("{name}_token");
         if let Some((path, config)) = tokenizer_config
-            && let Some(text) = special_token_text(path, config, &text_field)?
+            && config.get(&text_field).is_some()
         {
+            let Some(text) = special_token_text(path, config, &text_field)? else {
+                return Ok(None);
+            };
             let id = self.inner.token_to_id(&text).ok_or_else(|| {
                 TokenizerError::UnknownSpecialToken {
                     path: path.to_path_buf(),
@@ -490,12 +494,12 @@ mod tests {
         .unwrap();
         std::fs::write(
             dir.path().join(TOKENIZER_CONFIG_FILE),
-            r#"{"bos_token": null, "eos_token": "<|im_end|>",
+            r#"{"eos_token": "<|im_end|>", "unk_token": null,
                 "pad_token": {"content": "<|endoftext|>", "special": true}}"#,
         )
         .unwrap();
         // generation_config lists a second stop id; config.json names a bos id that
-        // tokenizer_config.json leaves null.
+        // tokenizer_config.json does not mention.
         std::fs::write(
             dir.path().join("generation_config.json"),
             r#"{"eos_token_id": [2, 0]}"#,
@@ -517,6 +521,15 @@ mod tests {
             Some("<|endoftext|>")
         );
         assert_eq!(special.stop_ids, vec![0, 2]);
+
+        // An explicit null wins over the ids other files name (Qwen2.5 has no bos).
+        std::fs::write(
+            dir.path().join(TOKENIZER_CONFIG_FILE),
+            r#"{"bos_token": null, "eos_token": "<|im_end|>"}"#,
+        )
+        .unwrap();
+        let tokenizer = Tokenizer::from_dir(dir.path()).unwrap();
+        assert_eq!(tokenizer.special_tokens().bos, None);
     }
 
     #[test]

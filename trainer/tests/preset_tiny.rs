@@ -169,6 +169,8 @@ fn config_tokenizer_template_and_generation_config_load_back() {
         Some(("<|im_end|>", 2))
     );
     assert_eq!(special.pad.as_ref().map(|t| t.id), Some(0));
+    // tokenizer_config.json says bos_token null, as Qwen2.5's does: no bos is prepended.
+    assert_eq!(special.bos, None);
     assert_eq!(special.stop_ids, vec![0, 2]);
 
     let template = ChatTemplate::from_dir(dir.path()).unwrap().unwrap();
