@@ -55,6 +55,10 @@ pub enum Command {
     /// Measure performance.
     #[command(subcommand)]
     Bench(crate::commands::bench::BenchCommand),
+    /// Create recommender model checkpoints (no database needed).
+    #[cfg(feature = "rft")]
+    #[command(subcommand)]
+    Model(crate::commands::model::ModelCommand),
 }
 
 /// `arc-rec db ...`.

@@ -57,6 +57,8 @@ async fn run_command(cli: &Cli, metrics: &telemetry::Metrics) -> anyhow::Result<
             return commands::simulate::write_file(args);
         }
         Command::Bench(BenchCommand::Load(args)) => return commands::load::run(args).await,
+        #[cfg(feature = "rft")]
+        Command::Model(model) => return commands::model::run(model),
         _ => {}
     }
     let database = commands::open_database(&cli.database).await?;
@@ -119,5 +121,7 @@ async fn dispatch(
         Command::Bench(bench) => commands::bench::run(bench, database).await,
         // Both are run by `run_command` itself (no database, or their own signal handling).
         Command::Serve(_) | Command::Db(_) => anyhow::bail!("not dispatched here"),
+        #[cfg(feature = "rft")]
+        Command::Model(_) => anyhow::bail!("not dispatched here"),
     }
 }

@@ -8,6 +8,8 @@ pub mod export;
 pub mod ingest;
 pub mod keys;
 pub mod load;
+#[cfg(feature = "rft")]
+pub mod model;
 pub mod serve;
 pub mod simulate;
 

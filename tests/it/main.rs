@@ -18,6 +18,9 @@ mod decisions;
 mod export;
 /// Ingest: the contract examples, idempotency, bad input naming line and field.
 mod ingest;
+/// `arc-rec model init`: the preset checkpoint through the binary.
+#[cfg(feature = "rft")]
+mod model;
 /// The schema: constraints, organization isolation, analyst views.
 mod schema;
 /// Recommendations, feedback, replicas and restarts.

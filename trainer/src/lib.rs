@@ -6,14 +6,21 @@
 //! - [`generate`]: k samples per prompt over one prefill, with the sampled tokens' log-probs.
 //! - [`logprobs`], [`train_step`]: chunked token log-probs and the LoRA AdamW step.
 //! - [`peft`]: adapters in PEFT's on-disk format, merging them into the base weights.
+//! - [`tokenizer`], [`chat_template`], [`generation_config`]: a checkpoint's text side, as
+//!   transformers reads it.
+//! - [`preset`]: the random-initialised `tiny` checkpoint with its own trained tokenizer.
 //! - [`bench_model`]: the measurements behind `arc-rec bench model`.
 //!
 //! The graders and the pass@k-aware RL loop build on these.
 
 pub mod bench_model;
+pub mod chat_template;
 pub mod device;
 pub mod generate;
+pub mod generation_config;
 pub mod logprobs;
 pub mod model;
 pub mod peft;
+pub mod preset;
+pub mod tokenizer;
 pub mod train_step;
