@@ -1240,15 +1240,7 @@ mod tests {
         ("mlp", "up_proj", 12, 8),
         ("mlp", "down_proj", 8, 12),
     ];
-    const ALL_TARGETS: [&str; 7] = [
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    ];
+    use crate::model::LORA_TARGETS as ALL_TARGETS;
 
     /// Normal values at a trained model's scale (base weights ~0.02, adapters ~0.1), so a merge
     /// moves weights by ~1e-2 and f32 rounding stays far below the 1e-6 unmerge tolerance.

@@ -11,15 +11,7 @@ use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 use trainer::peft::{AdapterConfig, load_adapter, save_adapter, save_merged_checkpoint};
 
-const TARGETS: [&str; 7] = [
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-];
+use trainer::model::LORA_TARGETS as TARGETS;
 const RANK: i64 = 4;
 const ALPHA: f64 = 8.0;
 

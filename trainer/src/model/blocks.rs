@@ -8,7 +8,7 @@ use tch::nn;
 use tch::{Kind, TchError, Tensor};
 
 use super::config::Config;
-use super::linear::{AdapterSwitch, Linear, LoraConfig, frozen};
+use super::linear::{AdapterSwitch, Linear, LoraConfig, attach_targeted, frozen};
 use super::rope::apply_rotary;
 
 /// Root-mean-square norm, computed in f32 and cast back to the input's kind as transformers does.
@@ -94,17 +94,17 @@ impl Attention {
         lora: &LoraConfig,
         switch: &AdapterSwitch,
     ) -> Result<(), TchError> {
-        for (name, projection) in [
-            ("q_proj", &mut self.q_proj),
-            ("k_proj", &mut self.k_proj),
-            ("v_proj", &mut self.v_proj),
-            ("o_proj", &mut self.o_proj),
-        ] {
-            if lora.targets(name) {
-                projection.attach_lora(&(path / name), lora, switch)?;
-            }
-        }
-        Ok(())
+        attach_targeted(
+            path,
+            [
+                ("q_proj", &mut self.q_proj),
+                ("k_proj", &mut self.k_proj),
+                ("v_proj", &mut self.v_proj),
+                ("o_proj", &mut self.o_proj),
+            ],
+            lora,
+            switch,
+        )
     }
 
     /// `xs` `[b, t, hidden]` → `[b, t, hidden]`. With a cache, this call's keys/values are written
@@ -210,16 +210,16 @@ impl Mlp {
         lora: &LoraConfig,
         switch: &AdapterSwitch,
     ) -> Result<(), TchError> {
-        for (name, projection) in [
-            ("gate_proj", &mut self.gate_proj),
-            ("up_proj", &mut self.up_proj),
-            ("down_proj", &mut self.down_proj),
-        ] {
-            if lora.targets(name) {
-                projection.attach_lora(&(path / name), lora, switch)?;
-            }
-        }
-        Ok(())
+        attach_targeted(
+            path,
+            [
+                ("gate_proj", &mut self.gate_proj),
+                ("up_proj", &mut self.up_proj),
+                ("down_proj", &mut self.down_proj),
+            ],
+            lora,
+            switch,
+        )
     }
 
     /// `[b, t, hidden]` → `[b, t, hidden]`.

@@ -222,3 +222,19 @@ pub(crate) fn validate_lora(config: &LoraConfig) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Attaches adapters to those of a block's `(name, projection)` pairs that `lora` targets; the
+/// adapter variables go under `path / name`, next to the projection's weight.
+pub(crate) fn attach_targeted<'p>(
+    path: &nn::Path<'_>,
+    projections: impl IntoIterator<Item = (&'static str, &'p mut Linear)>,
+    lora: &LoraConfig,
+    switch: &AdapterSwitch,
+) -> Result<(), TchError> {
+    for (name, projection) in projections {
+        if lora.targets(name) {
+            projection.attach_lora(&(path / name), lora, switch)?;
+        }
+    }
+    Ok(())
+}
