@@ -101,6 +101,7 @@ def parse_args(argv):
         "--phases", default="generate_batch1,generate_k,lora_train_step", help="comma-separated subset to run"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, help="torch intra-op CPU threads (default: torch's own choice)")
     return parser.parse_args(argv)
 
 
@@ -245,6 +246,8 @@ def main(argv):
     unknown = set(phases) - {"generate_batch1", "generate_k", "lora_train_step"}
     if unknown:
         raise SystemExit(f"model_reference: unknown phases {sorted(unknown)}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
     start = time.perf_counter()

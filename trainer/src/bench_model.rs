@@ -183,6 +183,22 @@ pub fn generation_throughput(
     })
 }
 
+/// Sets libtorch's intra-op CPU thread count to `threads`, or leaves libtorch's default (the
+/// physical cores) when `None`, and returns the count in force. Both sides of the benchmark must
+/// use the same count; the reference gets it as `--threads`.
+pub fn use_torch_threads(threads: Option<u32>) -> u32 {
+    if let Some(threads) = threads.and_then(|n| i32::try_from(n).ok()) {
+        tch::set_num_threads(threads);
+    }
+    u32::try_from(tch::get_num_threads()).unwrap_or(1)
+}
+
+/// Seeds libtorch's generator (random weights and training batches).
+pub fn seed_torch(seed: u64) {
+    // libtorch takes an i64; wrapping keeps every u64 a distinct, valid seed.
+    tch::manual_seed(seed as i64);
+}
+
 /// Waits for queued device work so wall-clock readings cover it (a no-op on the CPU).
 pub fn synchronize(device: Device) {
     if let Device::Cuda(index) = device {
