@@ -277,7 +277,7 @@ pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
     if args.checkpoint.is_none() {
         settings.shape = Some(args.shape);
         if args.shape == ModelShape::Tiny {
-            settings.model = format!("tiny preset (seed {TINY_SEED})");
+            settings.model = format!("tiny preset, seed {TINY_SEED}");
         }
     }
 
@@ -378,7 +378,11 @@ fn measure_here(
         model: name,
         shape: args.checkpoint.is_none().then_some(args.shape),
         device: format!("{:?}", runtime.device).to_lowercase(),
-        dtype: format!("{:?}", runtime.kind).to_lowercase(),
+        dtype: match format!("{:?}", runtime.kind).as_str() {
+            "Float" => "f32".to_owned(),
+            "BFloat16" => "bf16".to_owned(),
+            other => other.to_lowercase(),
+        },
         torch_threads: threads,
         prompt_tokens: sizes.prompt_tokens,
         new_tokens: sizes.new_tokens,
@@ -670,6 +674,15 @@ fn print_table(report: &Report) {
             "reference: {versions}; gradient checkpointing {}",
             if checkpointing { "on" } else { "off" }
         );
+        let their_threads = reference
+            .pointer("/settings/cpu_threads")
+            .and_then(Value::as_u64);
+        if their_threads != Some(u64::from(settings.torch_threads)) {
+            println!(
+                "warning: the reference ran {their_threads:?} torch threads, arc-rec {}",
+                settings.torch_threads
+            );
+        }
     }
     if let Some(reason) = &report.reference_error {
         println!("no ratios: the PyTorch reference did not run: {reason}");
