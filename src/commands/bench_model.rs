@@ -82,9 +82,10 @@ pub struct BenchModelArgs {
     /// Tokens per training sequence [default: 128 for tiny, 576 (prompt + new) for qwen2.5-7b].
     #[arg(long, value_parser = clap::value_parser!(u32).range(2..))]
     pub train_seq: Option<u32>,
-    /// Timed repetitions of each phase (the median is reported).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub repeats: u32,
+    /// Timed repetitions of each phase, the median is reported [default: 10 for tiny, whose
+    /// phases take tens of milliseconds and jitter with the machine's load; 3 otherwise].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeats: Option<u32>,
     /// Untimed repetitions before timing.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub warmup: u32,
@@ -212,6 +213,7 @@ struct Sizes {
     samples: u32,
     train_batch: u32,
     train_seq: u32,
+    repeats: u32,
 }
 
 impl Sizes {
@@ -229,6 +231,7 @@ impl Sizes {
             } else {
                 128
             }),
+            repeats: args.repeats.unwrap_or(if large { 3 } else { 10 }),
         }
     }
 }
@@ -344,7 +347,7 @@ fn measure_here(
     };
     let config = model.config();
     let prompt = random_prompt(config.vocab_size, sizes.prompt_tokens as usize, args.seed)?;
-    let (warmup, repeats) = (args.warmup as usize, args.repeats as usize);
+    let (warmup, repeats) = (args.warmup as usize, sizes.repeats as usize);
     let generate = |sequences: u32, sampled: bool| -> anyhow::Result<GenerationThroughput> {
         Ok(generation_throughput(
             &model,
@@ -393,7 +396,7 @@ fn measure_here(
         lora_alpha: lora.alpha,
         lora_targets: lora.target_modules.clone(),
         warmup: args.warmup,
-        repeats: args.repeats,
+        repeats: sizes.repeats,
         seed: args.seed,
         parameters: parameter_count(config),
     };
@@ -433,7 +436,7 @@ fn measure_in_child(
         ("--samples", u64::from(sizes.samples)),
         ("--train-batch", u64::from(sizes.train_batch)),
         ("--train-seq", u64::from(sizes.train_seq)),
-        ("--repeats", u64::from(args.repeats)),
+        ("--repeats", u64::from(sizes.repeats)),
         ("--warmup", u64::from(args.warmup)),
         ("--threads", u64::from(threads)),
         ("--seed", args.seed),
