@@ -5,8 +5,8 @@ Measures, on CUDA when available (bf16) or the CPU (f32):
   generate_k        `generate` with num_return_sequences=k, sampled at temperature 1 (no top-k/p),
                     counting all k * new-tokens tokens
   lora_train_step   forward + backward + AdamW step on the LoRA parameters (r=16, alpha=32, all
-                    seven projections) over a batch of k sequences of --train-len tokens, counting
-                    k * train-len tokens per step
+                    seven projections) over a batch of --train-batch (default k) sequences of
+                    --train-len tokens, counting train-batch * train-len tokens per step
 Each figure is a median over timed repetitions after warm-up, with torch.cuda.synchronize() around
 every timing and torch.cuda.max_memory_allocated() per phase. Prints ONE JSON object on stdout
 (settings and figures) so `arc-rec bench model` can run it and compute ratios; progress goes to
@@ -25,11 +25,18 @@ import statistics
 import sys
 import time
 
-import peft
-import torch
-import transformers
-from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+try:
+    import peft
+    import torch
+    import transformers
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+except ImportError as missing:
+    # `arc-rec bench model` shows this line as the reason the ratios are missing.
+    raise SystemExit(
+        f"model_reference: {sys.executable} cannot import {missing.name} ({missing}); "
+        "install torch 2.11, transformers and peft into it (pip install transformers peft)"
+    ) from None
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -75,7 +82,8 @@ def parse_args(argv):
     parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, help="new tokens per sequence (default 128 on CUDA, 16 on CPU)")
-    parser.add_argument("--k", type=int, default=8, help="samples per prompt and training batch size")
+    parser.add_argument("--k", type=int, default=8, help="samples per prompt (and training batch size by default)")
+    parser.add_argument("--train-batch", type=int, help="sequences per training step (default: --k)")
     parser.add_argument("--train-len", type=int, help="tokens per training sequence (default 512 on CUDA, 64 on CPU)")
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--lora-alpha", type=float, default=32.0)
@@ -93,6 +101,7 @@ def parse_args(argv):
         "--phases", default="generate_batch1,generate_k,lora_train_step", help="comma-separated subset to run"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, help="torch intra-op CPU threads (default: torch's own choice)")
     return parser.parse_args(argv)
 
 
@@ -184,7 +193,9 @@ def generate_phase(model, device, args, prompt, num_sequences, sample):
 
 def train_phase(model, device, args, checkpointing):
     generator = torch.Generator(device="cpu").manual_seed(args.seed + 1)
-    batch = torch.randint(0, model.config.vocab_size, (args.k, args.train_len), generator=generator).to(device)
+    batch = torch.randint(
+        0, model.config.vocab_size, (args.train_batch, args.train_len), generator=generator
+    ).to(device)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=args.lr)
     if checkpointing:
@@ -204,10 +215,10 @@ def train_phase(model, device, args, checkpointing):
     model.eval()
     if checkpointing:
         model.gradient_checkpointing_disable()
-    tokens = args.k * args.train_len
+    tokens = args.train_batch * args.train_len
     median = statistics.median(seconds)
     return {
-        "batch": args.k,
+        "batch": args.train_batch,
         "sequence_tokens": args.train_len,
         "tokens_per_step": tokens,
         "trainable_parameters": sum(p.numel() for p in trainable),
@@ -230,10 +241,13 @@ def main(argv):
     dtype = torch.bfloat16 if use_cuda else torch.float32
     args.new_tokens = args.new_tokens or (128 if use_cuda else 16)
     args.train_len = args.train_len or (512 if use_cuda else 64)
+    args.train_batch = args.train_batch or args.k
     phases = [p for p in args.phases.split(",") if p]
     unknown = set(phases) - {"generate_batch1", "generate_k", "lora_train_step"}
     if unknown:
         raise SystemExit(f"model_reference: unknown phases {sorted(unknown)}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
     start = time.perf_counter()
@@ -265,7 +279,7 @@ def main(argv):
         log(f"generate k={args.k} sampled")
         results["generate_k"] = generate_phase(generator, device, args, prompt, args.k, sample=True)
     if "lora_train_step" in phases:
-        log(f"LoRA training step on {args.k} x {args.train_len} tokens")
+        log(f"LoRA training step on {args.train_batch} x {args.train_len} tokens")
         results["lora_train_step"] = train_phase(model, device, args, checkpointing)
 
     report = {
@@ -284,6 +298,7 @@ def main(argv):
             "prompt_tokens": args.prompt_len,
             "new_tokens": args.new_tokens,
             "k": args.k,
+            "train_batch": args.train_batch,
             "train_tokens_per_sequence": args.train_len,
             "lora_r": args.lora_r,
             "lora_alpha": args.lora_alpha,

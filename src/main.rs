@@ -57,6 +57,11 @@ async fn run_command(cli: &Cli, metrics: &telemetry::Metrics) -> anyhow::Result<
             return commands::simulate::write_file(args);
         }
         Command::Bench(BenchCommand::Load(args)) => return commands::load::run(args).await,
+        // Minutes of libtorch work: off the async runtime's worker threads.
+        #[cfg(feature = "rft")]
+        Command::Bench(BenchCommand::Model(args)) => {
+            return tokio::task::block_in_place(|| commands::bench_model::run(args));
+        }
         #[cfg(feature = "rft")]
         Command::Model(model) => return commands::model::run(model),
         _ => {}

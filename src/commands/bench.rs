@@ -25,6 +25,10 @@ pub enum BenchCommand {
     Serve(crate::commands::bench_serve::BenchServeArgs),
     /// Open-loop HTTP load at a fixed rate against a running server (one JSON line of results).
     Load(crate::commands::load::LoadArgs),
+    /// Generation (batch 1, k samples) and LoRA training-step tokens/s of the tch model, as
+    /// ratios to PyTorch + transformers + peft doing the same work on the same device.
+    #[cfg(feature = "rft")]
+    Model(crate::commands::bench_model::BenchModelArgs),
 }
 
 /// Arguments of `arc-rec bench export`.
@@ -72,6 +76,8 @@ pub async fn run(command: &BenchCommand, database: &Database) -> anyhow::Result<
         BenchCommand::Serve(args) => crate::commands::bench_serve::run(args, database).await,
         // A pure client; `main` runs it without opening a database.
         BenchCommand::Load(_) => anyhow::bail!("`bench load` needs no database"),
+        #[cfg(feature = "rft")]
+        BenchCommand::Model(_) => anyhow::bail!("`bench model` needs no database"),
     }
 }
 

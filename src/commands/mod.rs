@@ -2,6 +2,8 @@
 //! `anyhow` lives here and in `main`, not in the library.
 
 pub mod bench;
+#[cfg(feature = "rft")]
+pub mod bench_model;
 pub mod bench_serve;
 pub mod cluster;
 pub mod export;

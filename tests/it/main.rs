@@ -6,6 +6,9 @@ mod helpers;
 
 /// The HTTP API.
 mod api;
+/// `arc-rec bench model`: our model against the PyTorch reference on the tiny preset.
+#[cfg(feature = "rft")]
+mod bench_model;
 /// Candidate generation: statistics from a simulated world, constraints, ground truth.
 mod candidates;
 /// `arc-rec` the binary: exit codes and messages people see.

@@ -3,8 +3,8 @@
 //! PyTorch reference (`bench/model_reference.py`) run in the same process so ratios compare like
 //! with like.
 //!
-//! Generation throughput plugs in through [`measure`]: the generation code times its own batch-1
-//! and k-sample loops with it and reports the same [`Throughput`] as the training step.
+//! Generation throughput ([`generation_throughput`]) times whole [`generate`] calls with the same
+//! [`measure`] loop and reports the same [`Throughput`] as the training step.
 //!
 //! Peak memory: tch 0.24 exposes none of libtorch's CUDA caching-allocator statistics
 //! (`torch.cuda.max_memory_allocated`), so [`Throughput::peak_memory_bytes`] is `None` for now on
@@ -15,9 +15,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use tch::{Device, Kind, Tensor};
 
 use crate::device::Runtime;
+use crate::generate::{FinishedRows, GenerateError, GenerationRequest, generate};
 use crate::model::{Architecture, CausalLm, Config, LoraConfig, ModelError, Rope, RopeScaling};
 use crate::train_step::{LoraTrainer, TrainBatch, TrainError, TrainerConfig};
 
@@ -30,6 +33,9 @@ pub enum BenchError {
     /// The training step failed.
     #[error(transparent)]
     Train(#[from] TrainError),
+    /// Generation failed.
+    #[error(transparent)]
+    Generate(#[from] GenerateError),
     /// libtorch failed.
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
@@ -95,6 +101,102 @@ pub struct TrainStepThroughput {
     pub trainable_parameters: i64,
     /// The loss of every step, warm-up included.
     pub losses: Vec<f64>,
+}
+
+/// One generation phase's figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationThroughput {
+    /// Timings; tokens are the new tokens of every sequence (prompt tokens are not counted).
+    pub throughput: Throughput,
+    /// Sequences generated per run (1, or k samples of the one prompt).
+    pub sequences: usize,
+    /// Tokens of the prompt.
+    pub prompt_tokens: usize,
+    /// New tokens of every sequence (eos is disabled, so each runs to the limit).
+    pub new_tokens_per_sequence: usize,
+    /// Sampled at temperature 1 (no top-k/top-p) rather than greedy.
+    pub sampled: bool,
+}
+
+/// `len` token ids drawn uniformly from `[1, vocab_size)` by a ChaCha8 stream seeded with `seed`
+/// (0 is left out as the reference's prompt does; it is the pad id there). The content does not
+/// matter for throughput, only that it is fixed.
+pub fn random_prompt(vocab_size: i64, len: usize, seed: u64) -> Result<Vec<i64>, BenchError> {
+    if vocab_size < 2 || len == 0 {
+        return Err(BenchError::Settings(format!(
+            "a random prompt needs a vocabulary of at least 2 ids and a positive length, got vocabulary {vocab_size} and length {len}"
+        )));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    Ok((0..len).map(|_| rng.random_range(1..vocab_size)).collect())
+}
+
+/// Times [`generate`] of `sequences` completions of `prompt` (one prefill shared by all of them),
+/// `new_tokens` each, without eos so every sequence runs the full length: greedy when `sampled` is
+/// false, else temperature 1 without top-k/top-p, as the reference's `generate` calls do.
+/// Finished rows never occur (no eos), so the finished-row policy cannot matter; it is pinned to
+/// keep-stepping anyway so the batch is never copied.
+pub fn generation_throughput(
+    model: &CausalLm,
+    prompt: &[i64],
+    sequences: usize,
+    new_tokens: usize,
+    sampled: bool,
+    warmup: usize,
+    repeats: usize,
+) -> Result<GenerationThroughput, BenchError> {
+    let expected = sequences
+        .checked_mul(new_tokens)
+        .filter(|&tokens| tokens > 0)
+        .ok_or_else(|| {
+            BenchError::Settings(format!(
+                "generation needs at least one sequence and one new token, got {sequences} × {new_tokens}"
+            ))
+        })?;
+    let mut request = GenerationRequest::new(vec![prompt.to_vec()]);
+    request.num_samples = sequences;
+    request.max_new_tokens = new_tokens;
+    request.temperature = if sampled { 1.0 } else { 0.0 };
+    request.finished_rows = FinishedRows::KeepStepping;
+    let throughput = measure(
+        model.runtime().device,
+        warmup,
+        repeats,
+        expected as i64,
+        || {
+            let generation = generate(model, &request)?;
+            let produced = generation.counters.new_tokens;
+            if produced != expected as u64 {
+                return Err(BenchError::Settings(format!(
+                    "generation returned {produced} new tokens instead of {sequences} × {new_tokens}"
+                )));
+            }
+            Ok(())
+        },
+    )?;
+    Ok(GenerationThroughput {
+        throughput,
+        sequences,
+        prompt_tokens: prompt.len(),
+        new_tokens_per_sequence: new_tokens,
+        sampled,
+    })
+}
+
+/// Sets libtorch's intra-op CPU thread count to `threads`, or leaves libtorch's default (the
+/// physical cores) when `None`, and returns the count in force. Both sides of the benchmark must
+/// use the same count; the reference gets it as `--threads`.
+pub fn use_torch_threads(threads: Option<u32>) -> u32 {
+    if let Some(threads) = threads.and_then(|n| i32::try_from(n).ok()) {
+        tch::set_num_threads(threads);
+    }
+    u32::try_from(tch::get_num_threads()).unwrap_or(1)
+}
+
+/// Seeds libtorch's generator (random weights and training batches).
+pub fn seed_torch(seed: u64) {
+    // libtorch takes an i64; wrapping keeps every u64 a distinct, valid seed.
+    tch::manual_seed(seed as i64);
 }
 
 /// Waits for queued device work so wall-clock readings cover it (a no-op on the CPU).

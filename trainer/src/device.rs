@@ -33,9 +33,36 @@ pub enum RuntimeError {
     NoCuda,
 }
 
+/// Loads libtorch's CUDA backend (`libtorch_cuda.so`) into the process if it is not there yet,
+/// and says whether it is now loaded. The `arc-rec` binary references no symbol of that library,
+/// so it is not among its NEEDED entries (forcing it there would add ~235 MB of resident,
+/// relocated pages and 0.1 s of start-up to every command, `serve` included); without it libtorch
+/// reports no CUDA device. Its static initialisers register the CUDA kernels and hooks, which
+/// libtorch looks up on the first CUDA query, so this must run before any: [`Runtime::select`]
+/// calls it. The library is found the way the binary finds libtorch (`LD_LIBRARY_PATH`, then its
+/// rpath); a CPU-only libtorch has none, which is not an error.
+pub fn load_cuda_backend() -> bool {
+    static LOADED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LOADED.get_or_init(|| {
+        // SAFETY: dlopen is given a NUL-terminated name; the handle is never closed, so the
+        // library (whose code libtorch's registries point into) stays mapped for the process.
+        let handle = unsafe {
+            libc::dlopen(
+                c"libtorch_cuda.so".as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_GLOBAL,
+            )
+        };
+        !handle.is_null()
+    })
+}
+
 impl Runtime {
-    /// Resolves a request into a device and the dtype that goes with it.
+    /// Resolves a request into a device and the dtype that goes with it (loading libtorch's
+    /// CUDA backend first unless the CPU was asked for; see [`load_cuda_backend`]).
     pub fn select(request: DeviceRequest) -> Result<Self, RuntimeError> {
+        if request != DeviceRequest::Cpu {
+            load_cuda_backend();
+        }
         let device = match request {
             DeviceRequest::Cpu => Device::Cpu,
             DeviceRequest::Auto => Device::cuda_if_available(),
@@ -66,6 +93,25 @@ mod tests {
     use tch::Tensor;
 
     use super::*;
+
+    #[test]
+    fn the_cuda_backend_loads_exactly_when_libtorch_ships_one() {
+        let lib = std::path::Path::new(env!("ARC_REC_LIBTORCH_LIB"));
+        let shipped = lib.join("libtorch_cuda.so").exists();
+        assert_eq!(load_cuda_backend(), shipped, "{}", lib.display());
+        assert_eq!(
+            load_cuda_backend(),
+            shipped,
+            "a second call answers the same"
+        );
+        // With no GPU here, auto still resolves to the CPU once the backend is in.
+        if !tch::Cuda::is_available() {
+            assert_eq!(
+                Runtime::select(DeviceRequest::Auto).unwrap().device,
+                Device::Cpu
+            );
+        }
+    }
 
     /// Proves the libtorch link end to end: a real op and a backward pass on the CPU.
     #[test]

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use tch::Kind;
 use trainer::bench_model::{
-    BenchError, parameter_count, qwen2_5_7b_config, random_model, run_reference_bench,
-    train_step_throughput,
+    BenchError, generation_throughput, parameter_count, qwen2_5_7b_config, random_model,
+    random_prompt, run_reference_bench, train_step_throughput,
 };
 use trainer::device::{DeviceRequest, Runtime};
 use trainer::model::{Config, LoraConfig};
@@ -66,6 +66,44 @@ fn random_model_initialises_like_transformers() {
             );
         }
     }
+}
+
+#[test]
+fn random_prompts_are_fixed_by_the_seed_and_avoid_the_pad_id() {
+    let prompt = random_prompt(5, 200, 3).unwrap();
+    assert_eq!(prompt, random_prompt(5, 200, 3).unwrap());
+    assert_ne!(prompt, random_prompt(5, 200, 4).unwrap());
+    assert!(prompt.iter().all(|id| (1..5).contains(id)), "{prompt:?}");
+    assert!((1..5).all(|id| prompt.contains(&id)), "every id drawn");
+    assert!(matches!(
+        random_prompt(1, 4, 0),
+        Err(BenchError::Settings(_))
+    ));
+}
+
+#[test]
+fn generation_throughput_counts_every_new_token_of_every_sample() {
+    let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
+    tch::manual_seed(2);
+    let config = tiny_config();
+    let prompt = random_prompt(config.vocab_size, 5, 0).unwrap();
+    let model = random_model(config, runtime, 0.02, Some(&LoraConfig::default())).unwrap();
+    for (sequences, sampled) in [(1, false), (3, true)] {
+        let report = generation_throughput(&model, &prompt, sequences, 4, sampled, 1, 2).unwrap();
+        let figures = &report.throughput;
+        assert_eq!(figures.tokens_per_repeat, sequences as i64 * 4);
+        assert_eq!(figures.seconds.len(), 2);
+        assert!(figures.tokens_per_s > 0.0 && figures.tokens_per_s.is_finite());
+        assert_eq!(
+            (report.prompt_tokens, report.new_tokens_per_sequence),
+            (5, 4)
+        );
+        assert_eq!(report.sampled, sampled);
+    }
+    assert!(matches!(
+        generation_throughput(&model, &prompt, 0, 4, true, 0, 1),
+        Err(BenchError::Settings(_))
+    ));
 }
 
 #[test]

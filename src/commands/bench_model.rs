@@ -1,0 +1,693 @@
+//! `arc-rec bench model`: generation tokens/s (batch 1 and k samples) and LoRA training-step
+//! tokens/s of our tch model, each next to PyTorch + transformers + peft doing the same work on the
+//! same device in the same run (`bench/model_reference.py`), with the ratio. Needs no database.
+//!
+//! When the reference runs, our side is measured in a child process (this binary again, with
+//! `--no-reference --json`): libtorch's CUDA caching allocator keeps what it reserved until the
+//! process exits and tch cannot empty it, so a 7B run in this process would leave the reference
+//! without room. The child exits before the reference starts, so the two never share the device.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use trainer::bench_model::{
+    GenerationThroughput, Throughput, generation_throughput, parameter_count, qwen2_5_7b_config,
+    random_model, random_prompt, run_reference_bench, seed_torch, train_step_throughput,
+    use_torch_threads,
+};
+use trainer::device::{DeviceRequest, Runtime};
+use trainer::model::{CausalLm, LoraConfig};
+
+/// The goal of every phase: at least as many tokens/s as PyTorch.
+const GOAL_RATIO: f64 = 1.0;
+/// Seed of the tiny preset's weights and tokenizer corpus (what `arc-rec model init` writes).
+const TINY_SEED: u64 = 1;
+/// Outcomes of the synthetic world behind the tiny preset's tokenizer (`model init`'s default).
+const TINY_CORPUS_OUTCOMES: usize = 3_000;
+/// The phases, in report order.
+const PHASES: [&str; 3] = ["generate_batch1", "generate_k", "lora_train_step"];
+
+/// Models `bench model` can build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+pub enum ModelShape {
+    /// The `tiny` preset (`arc-rec model init --preset tiny`, seed 1), written to a temporary
+    /// directory and loaded from there by both sides.
+    Tiny,
+    /// Qwen2.5-7B's shapes with random weights, built on the device (bf16 on CUDA only).
+    #[value(name = "qwen2.5-7b")]
+    #[serde(rename = "qwen2.5-7b")]
+    Qwen2_5_7b,
+}
+
+/// `--device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeviceChoice {
+    /// CUDA when libtorch sees a device, else the CPU.
+    Auto,
+    /// The CPU (f32).
+    Cpu,
+    /// CUDA device 0 (bf16).
+    Cuda,
+}
+
+/// Arguments of `arc-rec bench model`.
+#[derive(Debug, Args)]
+pub struct BenchModelArgs {
+    /// Which model to measure.
+    #[arg(long, value_enum, default_value_t = ModelShape::Tiny, conflicts_with = "checkpoint")]
+    pub shape: ModelShape,
+    /// Measure this Hugging Face checkpoint directory instead of a built-in shape (the
+    /// reference loads the same directory).
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    /// Where to run (CUDA runs bf16, the CPU f32).
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
+    /// Prompt length of the generation phases [default: 64].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub prompt_tokens: Option<u32>,
+    /// New tokens per generated sequence [default: 32 for tiny, 512 for qwen2.5-7b].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub new_tokens: Option<u32>,
+    /// Samples of the one prompt in the k-sample phase (one shared prefill).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    pub samples: u32,
+    /// Sequences per training step [default: --samples].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub train_batch: Option<u32>,
+    /// Tokens per training sequence [default: 128 for tiny, 576 (prompt + new) for qwen2.5-7b].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..))]
+    pub train_seq: Option<u32>,
+    /// Timed repetitions of each phase, the median is reported [default: 10 for tiny, whose
+    /// phases take tens of milliseconds and jitter with the machine's load; 3 otherwise].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeats: Option<u32>,
+    /// Untimed repetitions before timing.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub warmup: u32,
+    /// Run the PyTorch reference and fail when it cannot run (default: run it, and when it
+    /// cannot, report our figures and why the ratios are missing).
+    #[arg(long, overrides_with = "no_reference")]
+    pub reference: bool,
+    /// Measure only arc-rec.
+    #[arg(long, overrides_with = "reference")]
+    pub no_reference: bool,
+    /// Python with torch, transformers and peft [default: $ARC_REC_PYTHON, else .venv/bin/python
+    /// of the repository].
+    #[arg(long)]
+    pub python: Option<PathBuf>,
+    /// The reference script [default: bench/model_reference.py of the repository].
+    #[arg(long)]
+    pub reference_script: Option<PathBuf>,
+    /// Torch CPU threads, for both sides [default: libtorch's choice, the physical cores].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub threads: Option<u32>,
+    /// Seed of the random prompt, training batch and (qwen2.5-7b) weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The work both sides do.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Settings {
+    model: String,
+    shape: Option<ModelShape>,
+    device: String,
+    dtype: String,
+    torch_threads: u32,
+    prompt_tokens: u32,
+    new_tokens: u32,
+    samples: u32,
+    train_batch: u32,
+    train_seq: u32,
+    lora_r: i64,
+    lora_alpha: f64,
+    lora_targets: Vec<String>,
+    warmup: u32,
+    repeats: u32,
+    seed: u64,
+    parameters: i64,
+}
+
+/// One phase of our side.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct PhaseFigures {
+    /// Tokens counted per run: new tokens of every sequence, or batch × sequence for training.
+    tokens_per_run: i64,
+    seconds: Vec<f64>,
+    seconds_median: f64,
+    tokens_per_s: f64,
+    /// `None`: not readable (tch exposes no CUDA allocator statistics).
+    peak_memory_bytes: Option<u64>,
+}
+
+impl From<&Throughput> for PhaseFigures {
+    fn from(throughput: &Throughput) -> Self {
+        Self {
+            tokens_per_run: throughput.tokens_per_repeat,
+            seconds: throughput.seconds.clone(),
+            seconds_median: throughput.median_s,
+            tokens_per_s: throughput.tokens_per_s,
+            peak_memory_bytes: throughput.peak_memory_bytes,
+        }
+    }
+}
+
+/// Our three phases.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct OurFigures {
+    generate_batch1: PhaseFigures,
+    generate_k: PhaseFigures,
+    lora_train_step: PhaseFigures,
+    trainable_parameters: i64,
+    train_losses: Vec<f64>,
+}
+
+impl OurFigures {
+    fn phase(&self, name: &str) -> Option<&PhaseFigures> {
+        match name {
+            "generate_batch1" => Some(&self.generate_batch1),
+            "generate_k" => Some(&self.generate_k),
+            "lora_train_step" => Some(&self.lora_train_step),
+            _ => None,
+        }
+    }
+}
+
+/// One row of the comparison.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Comparison {
+    phase: String,
+    arc_rec_tokens_per_s: f64,
+    reference_tokens_per_s: f64,
+    /// arc-rec / PyTorch tokens/s.
+    ratio: f64,
+    goal: f64,
+    meets_goal: bool,
+}
+
+/// What `--json` prints.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Report {
+    settings: Settings,
+    arc_rec: OurFigures,
+    /// The reference script's JSON object, as it printed it.
+    reference: Option<Value>,
+    /// Why the reference is missing, when it is.
+    reference_error: Option<String>,
+    comparison: Vec<Comparison>,
+}
+
+/// The sizes after defaults.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    prompt_tokens: u32,
+    new_tokens: u32,
+    samples: u32,
+    train_batch: u32,
+    train_seq: u32,
+    repeats: u32,
+}
+
+impl Sizes {
+    fn resolve(args: &BenchModelArgs) -> Self {
+        let large = args.checkpoint.is_none() && args.shape == ModelShape::Qwen2_5_7b;
+        let prompt_tokens = args.prompt_tokens.unwrap_or(64);
+        let new_tokens = args.new_tokens.unwrap_or(if large { 512 } else { 32 });
+        Self {
+            prompt_tokens,
+            new_tokens,
+            samples: args.samples,
+            train_batch: args.train_batch.unwrap_or(args.samples),
+            train_seq: args.train_seq.unwrap_or(if large {
+                prompt_tokens + new_tokens
+            } else {
+                128
+            }),
+            repeats: args.repeats.unwrap_or(if large { 3 } else { 10 }),
+        }
+    }
+}
+
+/// Runs `arc-rec bench model`.
+pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
+    let threads = use_torch_threads(args.threads);
+    let request = match args.device {
+        DeviceChoice::Auto => DeviceRequest::Auto,
+        DeviceChoice::Cpu => DeviceRequest::Cpu,
+        DeviceChoice::Cuda => DeviceRequest::Cuda,
+    };
+    let runtime = Runtime::select(request)?;
+    if args.checkpoint.is_none()
+        && args.shape == ModelShape::Qwen2_5_7b
+        && !runtime.device.is_cuda()
+    {
+        anyhow::bail!(
+            "refusing qwen2.5-7b on the CPU: its 7.6 billion parameters are 30 GB in f32 and every phase would take hours; run it on a CUDA machine (--device cuda), or use --shape tiny here"
+        );
+    }
+    let sizes = Sizes::resolve(args);
+    let reference_wanted = !args.no_reference;
+
+    // The tiny preset lives in a temporary directory both sides load.
+    let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
+    let checkpoint = match (&args.checkpoint, args.shape) {
+        (Some(dir), _) => Some(dir.clone()),
+        (None, ModelShape::Tiny) => {
+            let dir = scratch.path().join("tiny");
+            progress("writing the tiny preset");
+            let corpus = crate::commands::model::tokenizer_corpus(TINY_SEED, TINY_CORPUS_OUTCOMES)?;
+            trainer::preset::write_tiny_checkpoint(&dir, TINY_SEED, &corpus)
+                .with_context(|| format!("cannot write the tiny preset to {}", dir.display()))?;
+            Some(dir)
+        }
+        (None, ModelShape::Qwen2_5_7b) => None,
+    };
+
+    let (mut settings, ours) = if reference_wanted {
+        measure_in_child(args, runtime, threads, sizes, checkpoint.as_deref())?
+    } else {
+        measure_here(args, runtime, threads, sizes, checkpoint.as_deref())?
+    };
+    // The measuring code saw a directory; name the preset instead of a temporary path.
+    if args.checkpoint.is_none() {
+        settings.shape = Some(args.shape);
+        if args.shape == ModelShape::Tiny {
+            settings.model = format!("tiny preset, seed {TINY_SEED}");
+        }
+    }
+
+    let (reference, reference_error) = if reference_wanted {
+        match run_reference(args, &settings, runtime, checkpoint.as_deref()) {
+            Ok(value) => (Some(value), None),
+            Err(err) => (None, Some(format!("{err:#}"))),
+        }
+    } else {
+        (None, Some("not run (--no-reference)".to_owned()))
+    };
+    let comparison = match &reference {
+        Some(reference) => compare(&ours, reference)?,
+        None => Vec::new(),
+    };
+    let report = Report {
+        settings,
+        arc_rec: ours,
+        reference,
+        reference_error,
+        comparison,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_table(&report);
+    }
+    if args.reference
+        && let Some(reason) = &report.reference_error
+    {
+        anyhow::bail!("--reference was asked for but the PyTorch reference did not run: {reason}");
+    }
+    Ok(())
+}
+
+fn progress(message: &str) {
+    eprintln!("bench model: {message}");
+}
+
+/// Measures our three phases in this process.
+fn measure_here(
+    args: &BenchModelArgs,
+    runtime: Runtime,
+    threads: u32,
+    sizes: Sizes,
+    checkpoint: Option<&Path>,
+) -> anyhow::Result<(Settings, OurFigures)> {
+    let lora = LoraConfig::default();
+    seed_torch(args.seed);
+    let (model, name) = match checkpoint {
+        Some(dir) => {
+            progress(&format!("loading {}", dir.display()));
+            let (mut model, _) = CausalLm::from_pretrained(dir, runtime)
+                .with_context(|| format!("cannot load the checkpoint {}", dir.display()))?;
+            model.attach_lora(&lora)?;
+            (model, dir.display().to_string())
+        }
+        None => {
+            progress("building qwen2.5-7b with random weights");
+            // 0.02: Qwen2.5's initializer_range, what transformers draws a fresh model with.
+            let model = random_model(qwen2_5_7b_config(), runtime, 0.02, Some(&lora))?;
+            (model, "random qwen2.5-7b".to_owned())
+        }
+    };
+    let config = model.config();
+    let prompt = random_prompt(config.vocab_size, sizes.prompt_tokens as usize, args.seed)?;
+    let (warmup, repeats) = (args.warmup as usize, sizes.repeats as usize);
+    let generate = |sequences: u32, sampled: bool| -> anyhow::Result<GenerationThroughput> {
+        Ok(generation_throughput(
+            &model,
+            &prompt,
+            sequences as usize,
+            sizes.new_tokens as usize,
+            sampled,
+            warmup,
+            repeats,
+        )?)
+    };
+    progress("generating at batch 1 (greedy)");
+    let batch1 = generate(1, false)?;
+    progress(&format!(
+        "generating k={} samples (temperature 1)",
+        sizes.samples
+    ));
+    let k_samples = generate(sizes.samples, true)?;
+    progress(&format!(
+        "LoRA training steps on {} × {} tokens",
+        sizes.train_batch, sizes.train_seq
+    ));
+    let train = train_step_throughput(
+        &model,
+        i64::from(sizes.train_batch),
+        i64::from(sizes.train_seq),
+        repeats,
+        warmup,
+    )?;
+    let settings = Settings {
+        model: name,
+        shape: args.checkpoint.is_none().then_some(args.shape),
+        device: format!("{:?}", runtime.device).to_lowercase(),
+        dtype: match format!("{:?}", runtime.kind).as_str() {
+            "Float" => "f32".to_owned(),
+            "BFloat16" => "bf16".to_owned(),
+            other => other.to_lowercase(),
+        },
+        torch_threads: threads,
+        prompt_tokens: sizes.prompt_tokens,
+        new_tokens: sizes.new_tokens,
+        samples: sizes.samples,
+        train_batch: sizes.train_batch,
+        train_seq: sizes.train_seq,
+        lora_r: lora.r,
+        lora_alpha: lora.alpha,
+        lora_targets: lora.target_modules.clone(),
+        warmup: args.warmup,
+        repeats: sizes.repeats,
+        seed: args.seed,
+        parameters: parameter_count(config),
+    };
+    let figures = OurFigures {
+        generate_batch1: (&batch1.throughput).into(),
+        generate_k: (&k_samples.throughput).into(),
+        lora_train_step: (&train.throughput).into(),
+        trainable_parameters: train.trainable_parameters,
+        train_losses: train.losses,
+    };
+    Ok((settings, figures))
+}
+
+/// Measures our side in a child process (see the module docs) and reads back its JSON.
+fn measure_in_child(
+    args: &BenchModelArgs,
+    runtime: Runtime,
+    threads: u32,
+    sizes: Sizes,
+    checkpoint: Option<&Path>,
+) -> anyhow::Result<(Settings, OurFigures)> {
+    let exe = std::env::current_exe().context("cannot find this executable to re-run it")?;
+    let mut command = Command::new(&exe);
+    command.args(["bench", "model", "--no-reference", "--json"]);
+    match checkpoint {
+        Some(dir) => command.arg("--checkpoint").arg(dir),
+        None => command.args(["--shape", "qwen2.5-7b"]),
+    };
+    let device = if runtime.device.is_cuda() {
+        "cuda"
+    } else {
+        "cpu"
+    };
+    let numbers = [
+        ("--prompt-tokens", u64::from(sizes.prompt_tokens)),
+        ("--new-tokens", u64::from(sizes.new_tokens)),
+        ("--samples", u64::from(sizes.samples)),
+        ("--train-batch", u64::from(sizes.train_batch)),
+        ("--train-seq", u64::from(sizes.train_seq)),
+        ("--repeats", u64::from(sizes.repeats)),
+        ("--warmup", u64::from(args.warmup)),
+        ("--threads", u64::from(threads)),
+        ("--seed", args.seed),
+    ];
+    command.args(["--device", device]);
+    for (flag, value) in numbers {
+        command.arg(flag).arg(value.to_string());
+    }
+    // Progress goes straight to our stderr; stdout is the JSON report.
+    let output = command
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {}", exe.display()))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "measuring arc-rec in a child process failed ({})",
+        output.status
+    );
+    let report: Report = serde_json::from_slice(&output.stdout)
+        .context("the child process printed no report JSON")?;
+    Ok((report.settings, report.arc_rec))
+}
+
+/// The interpreter: `--python`, else $ARC_REC_PYTHON, else the repository's `.venv`.
+fn python_path(args: &BenchModelArgs) -> PathBuf {
+    if let Some(python) = &args.python {
+        return python.clone();
+    }
+    if let Some(python) = std::env::var_os("ARC_REC_PYTHON") {
+        return PathBuf::from(python);
+    }
+    repository_file(".venv/bin/python")
+}
+
+/// `relative` under the working directory when it exists there (a checkout the binary was
+/// copied into), else under the source tree this binary was built from.
+fn repository_file(relative: &str) -> PathBuf {
+    let here = Path::new(relative);
+    if here.exists() {
+        return here.to_path_buf();
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// Runs `bench/model_reference.py` on the same model, device, sizes and thread count.
+fn run_reference(
+    args: &BenchModelArgs,
+    settings: &Settings,
+    runtime: Runtime,
+    checkpoint: Option<&Path>,
+) -> anyhow::Result<Value> {
+    let python = python_path(args);
+    let script = args
+        .reference_script
+        .clone()
+        .unwrap_or_else(|| repository_file("bench/model_reference.py"));
+    anyhow::ensure!(
+        python.exists(),
+        "no python at {} (pass --python or set ARC_REC_PYTHON)",
+        python.display()
+    );
+    anyhow::ensure!(
+        script.exists(),
+        "no reference script at {} (pass --reference-script)",
+        script.display()
+    );
+    let mut owned: Vec<String> = Vec::new();
+    match checkpoint {
+        Some(dir) => {
+            owned.push("--checkpoint".into());
+            owned.push(dir.display().to_string());
+        }
+        None => {
+            owned.push("--shape".into());
+            owned.push("qwen2.5-7b".into());
+        }
+    }
+    let device = if runtime.device.is_cuda() {
+        "cuda"
+    } else {
+        "cpu"
+    };
+    let numbers = [
+        ("--prompt-len", u64::from(settings.prompt_tokens)),
+        ("--new-tokens", u64::from(settings.new_tokens)),
+        ("--k", u64::from(settings.samples)),
+        ("--train-batch", u64::from(settings.train_batch)),
+        ("--train-len", u64::from(settings.train_seq)),
+        ("--lora-r", settings.lora_r.unsigned_abs()),
+        ("--warmup", u64::from(settings.warmup)),
+        ("--repeats", u64::from(settings.repeats)),
+        ("--threads", u64::from(settings.torch_threads)),
+        ("--seed", settings.seed),
+    ];
+    owned.push("--device".into());
+    owned.push(device.into());
+    owned.push("--lora-alpha".into());
+    owned.push(settings.lora_alpha.to_string());
+    for (flag, value) in numbers {
+        owned.push(flag.into());
+        owned.push(value.to_string());
+    }
+    let borrowed: Vec<&str> = owned.iter().map(String::as_str).collect();
+    progress(&format!(
+        "running the PyTorch reference: {} {} {}",
+        python.display(),
+        script.display(),
+        owned.join(" ")
+    ));
+    Ok(run_reference_bench(&python, &script, &borrowed)?)
+}
+
+/// Ratios per phase; the token counts of both sides must agree, or the comparison is not of the
+/// same work.
+fn compare(ours: &OurFigures, reference: &Value) -> anyhow::Result<Vec<Comparison>> {
+    PHASES
+        .iter()
+        .map(|&phase| {
+            let mine = ours
+                .phase(phase)
+                .with_context(|| format!("no arc-rec figures for {phase}"))?;
+            let theirs = reference
+                .get(phase)
+                .with_context(|| format!("the reference reported no {phase}"))?;
+            let count_field = if phase == "lora_train_step" {
+                "tokens_per_step"
+            } else {
+                "tokens_per_run"
+            };
+            let their_tokens = theirs.get(count_field).and_then(Value::as_i64);
+            anyhow::ensure!(
+                their_tokens == Some(mine.tokens_per_run),
+                "{phase}: the reference counted {their_tokens:?} tokens per run, arc-rec {}; not the same work",
+                mine.tokens_per_run
+            );
+            let reference_tokens_per_s = theirs
+                .get("tokens_per_s")
+                .and_then(Value::as_f64)
+                .filter(|rate| *rate > 0.0)
+                .with_context(|| format!("{phase}: the reference has no positive tokens_per_s"))?;
+            let ratio = mine.tokens_per_s / reference_tokens_per_s;
+            Ok(Comparison {
+                phase: phase.to_owned(),
+                arc_rec_tokens_per_s: mine.tokens_per_s,
+                reference_tokens_per_s,
+                ratio,
+                goal: GOAL_RATIO,
+                meets_goal: ratio >= GOAL_RATIO,
+            })
+        })
+        .collect()
+}
+
+fn gib(bytes: Option<u64>) -> String {
+    bytes.map_or_else(
+        || "n/a".to_owned(),
+        |bytes| format!("{:.2} GiB", bytes as f64 / f64::from(1u32 << 30)),
+    )
+}
+
+fn print_table(report: &Report) {
+    let settings = &report.settings;
+    println!(
+        "model: {} ({:.2}M parameters) on {} ({}), {} torch CPU threads on both sides",
+        settings.model,
+        settings.parameters as f64 / 1e6,
+        settings.device,
+        settings.dtype,
+        settings.torch_threads
+    );
+    println!(
+        "work: prompt {} tokens, {} new tokens per sequence, k={} samples; training {} × {} tokens, LoRA r={} alpha={} on {}; median of {} after {} warm-up",
+        settings.prompt_tokens,
+        settings.new_tokens,
+        settings.samples,
+        settings.train_batch,
+        settings.train_seq,
+        settings.lora_r,
+        settings.lora_alpha,
+        settings.lora_targets.join(","),
+        settings.repeats,
+        settings.warmup
+    );
+    println!(
+        "{:<18} {:>12} {:>16} {:>16} {:>8}  goal",
+        "phase", "arc-rec s", "arc-rec tok/s", "PyTorch tok/s", "ratio"
+    );
+    for phase in PHASES {
+        let Some(mine) = report.arc_rec.phase(phase) else {
+            continue;
+        };
+        match report.comparison.iter().find(|row| row.phase == phase) {
+            Some(row) => println!(
+                "{phase:<18} {:>12.4} {:>16.1} {:>16.1} {:>7.2}×  ≥ {:.1}× {}",
+                mine.seconds_median,
+                row.arc_rec_tokens_per_s,
+                row.reference_tokens_per_s,
+                row.ratio,
+                row.goal,
+                if row.meets_goal { "met" } else { "NOT met" }
+            ),
+            None => println!(
+                "{phase:<18} {:>12.4} {:>16.1} {:>16} {:>8}  ≥ {GOAL_RATIO:.1}×",
+                mine.seconds_median, mine.tokens_per_s, "-", "-"
+            ),
+        }
+    }
+    let our_peak = PHASES
+        .iter()
+        .filter_map(|phase| report.arc_rec.phase(phase))
+        .filter_map(|figures| figures.peak_memory_bytes)
+        .max();
+    let their_peak = report
+        .reference
+        .as_ref()
+        .and_then(|reference| reference.get("max_memory_allocated_bytes"))
+        .and_then(Value::as_u64);
+    println!(
+        "peak device memory: arc-rec {} (tch exposes no CUDA allocator statistics), PyTorch {}",
+        gib(our_peak),
+        gib(their_peak)
+    );
+    if let Some(reference) = &report.reference {
+        let checkpointing = reference
+            .pointer("/lora_train_step/gradient_checkpointing")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let versions = ["torch", "transformers", "peft"]
+            .map(|name| {
+                let version = reference
+                    .pointer(&format!("/settings/{name}"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("?");
+                format!("{name} {version}")
+            })
+            .join(", ");
+        println!(
+            "reference: {versions}; gradient checkpointing {}",
+            if checkpointing { "on" } else { "off" }
+        );
+        let their_threads = reference
+            .pointer("/settings/cpu_threads")
+            .and_then(Value::as_u64);
+        if their_threads != Some(u64::from(settings.torch_threads)) {
+            println!(
+                "warning: the reference ran {their_threads:?} torch threads, arc-rec {}",
+                settings.torch_threads
+            );
+        }
+    }
+    if let Some(reason) = &report.reference_error {
+        println!("no ratios: the PyTorch reference did not run: {reason}");
+    }
+}

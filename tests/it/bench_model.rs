@@ -1,0 +1,128 @@
+//! `arc-rec bench model` through the binary on the tiny preset: both sides report every phase for
+//! the same token counts, and a missing reference is explained (and fatal only with --reference).
+
+use serde_json::Value;
+
+use crate::helpers::arc_rec;
+
+/// Nothing listens here: a command that tried to open the database would fail.
+const NO_DATABASE: &str = "postgres://nobody@127.0.0.1:1/none";
+
+const PHASES: [&str; 3] = ["generate_batch1", "generate_k", "lora_train_step"];
+
+/// The smallest sizes that still exercise every phase: seconds on two cores.
+const TINY_SIZES: [&str; 14] = [
+    "--prompt-tokens",
+    "16",
+    "--new-tokens",
+    "8",
+    "--samples",
+    "4",
+    "--train-seq",
+    "32",
+    "--repeats",
+    "2",
+    "--warmup",
+    "1",
+    "--threads",
+    "1",
+];
+
+fn bench_model(extra: &[&str]) -> std::process::Output {
+    arc_rec(NO_DATABASE)
+        .args(["bench", "model", "--device", "cpu", "--json"])
+        .args(TINY_SIZES)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn report(output: &std::process::Output) -> Value {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn bench_model_compares_every_phase_with_the_pytorch_reference_on_the_same_work() {
+    let report = report(&bench_model(&["--reference"]));
+    let reference = &report["reference"];
+    assert_eq!(report["reference_error"], Value::Null);
+    // The same threads, model and sizes on both sides.
+    assert_eq!(report["settings"]["torch_threads"], 1);
+    assert_eq!(reference["settings"]["cpu_threads"], 1);
+    assert_eq!(
+        report["settings"]["parameters"],
+        reference["settings"]["parameters"]
+    );
+    let expected_tokens = [
+        ("generate_batch1", 8),
+        ("generate_k", 32),
+        ("lora_train_step", 128),
+    ];
+    for (phase, tokens) in expected_tokens {
+        let ours = &report["arc_rec"][phase];
+        assert_eq!(ours["tokens_per_run"], tokens, "{phase}");
+        assert_eq!(ours["seconds"].as_array().map(Vec::len), Some(2), "{phase}");
+        assert!(ours["tokens_per_s"].as_f64().unwrap() > 0.0, "{phase}");
+        let theirs = &reference[phase];
+        let count = if phase == "lora_train_step" {
+            &theirs["tokens_per_step"]
+        } else {
+            &theirs["tokens_per_run"]
+        };
+        assert_eq!(*count, tokens, "{phase}");
+        assert!(theirs["tokens_per_s"].as_f64().unwrap() > 0.0, "{phase}");
+    }
+    let comparison = report["comparison"].as_array().unwrap();
+    assert_eq!(comparison.len(), PHASES.len());
+    for (row, phase) in comparison.iter().zip(PHASES) {
+        assert_eq!(row["phase"], phase);
+        let ratio = row["ratio"].as_f64().unwrap();
+        let expected = report["arc_rec"][phase]["tokens_per_s"].as_f64().unwrap()
+            / reference[phase]["tokens_per_s"].as_f64().unwrap();
+        assert!((ratio - expected).abs() <= 1e-9 * expected, "{phase}");
+        assert_eq!(row["meets_goal"], ratio >= 1.0, "{phase}");
+    }
+    // Batch 1 is greedy and the k samples are drawn, as transformers' generate calls are.
+    assert_eq!(reference["generate_batch1"]["do_sample"], false);
+    assert_eq!(reference["generate_k"]["do_sample"], true);
+}
+
+#[test]
+fn bench_model_without_the_reference_reports_why_and_fails_only_when_it_was_asked_for() {
+    let missing = "/nonexistent/python";
+    let report = report(&bench_model(&["--python", missing]));
+    assert_eq!(report["reference"], Value::Null);
+    assert_eq!(report["comparison"], Value::Array(Vec::new()));
+    let reason = report["reference_error"].as_str().unwrap();
+    assert!(reason.contains(missing), "{reason}");
+    for phase in PHASES {
+        assert!(report["arc_rec"][phase]["tokens_per_s"].as_f64().unwrap() > 0.0);
+    }
+
+    let output = bench_model(&["--python", missing, "--reference"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--reference was asked for") && stderr.contains(missing),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bench_model_refuses_qwen2_5_7b_on_the_cpu() {
+    let output = arc_rec(NO_DATABASE)
+        .args(["bench", "model", "--shape", "qwen2.5-7b", "--device", "cpu"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("refusing qwen2.5-7b on the CPU"),
+        "{stderr}"
+    );
+}
