@@ -115,8 +115,8 @@ pub async fn insert_decisions(
         })
         .collect();
     // One statement, so one round trip and one implicit transaction: both inserts commit
-    // together. A data-modifying CTE always runs to completion, and the items' foreign keys are
-    // checked at the statement's end, when the log rows it wrote are visible.
+    // together (a data-modifying CTE always runs to completion). This is the only writer of
+    // decision_items, which is why the items need no foreign key to the log (sql/0008).
     sqlx::query(
         "WITH logged AS (
              INSERT INTO decision_log (org_id, event_id, created_at, policy_version, seed, cluster_id,

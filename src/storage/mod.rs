@@ -168,6 +168,21 @@ impl Database {
         &self.psql
     }
 
+    /// Brings the database to a steady state after a bulk load, so a measurement that follows
+    /// does not share the machine with autovacuum and the load's checkpoint: `VACUUM (ANALYZE)`,
+    /// then `CHECKPOINT` when the role may run it (superuser or `pg_checkpoint`; otherwise the
+    /// server's own checkpoint comes later, and that is reported, not an error).
+    pub async fn settle_after_bulk_load(&self) -> Result<(), StorageError> {
+        sqlx::raw_sql("VACUUM (ANALYZE)")
+            .execute(&self.pool)
+            .await
+            .context("vacuum after bulk load")?;
+        if let Err(err) = sqlx::raw_sql("CHECKPOINT").execute(&self.pool).await {
+            tracing::warn!(error = %err, "no checkpoint after the bulk load");
+        }
+        Ok(())
+    }
+
     /// Closes the pool and leaves the embedded cluster (stopping it if this was its last user).
     pub async fn close(self) -> Result<(), StorageError> {
         self.pool.close().await;
