@@ -124,7 +124,7 @@ async fn dispatch(
         Command::Keys(keys) => commands::keys::run(keys, database).await,
         Command::Cluster(args) => commands::cluster::run(args, database).await,
         Command::Bench(bench) => commands::bench::run(bench, database).await,
-        // Both are run by `run_command` itself (no database, or their own signal handling).
+        // These are run by `run_command` itself (no database, or their own signal handling).
         Command::Serve(_) | Command::Db(_) => anyhow::bail!("not dispatched here"),
         #[cfg(feature = "rft")]
         Command::Model(_) => anyhow::bail!("not dispatched here"),

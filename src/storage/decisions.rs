@@ -22,8 +22,8 @@ pub struct DecisionRecord {
     /// The request's context as received (for audits and replays), already serialized: the
     /// request path writes it once, straight to JSON text, instead of building a `Value` tree.
     pub context: Box<RawValue>,
-    /// Every candidate considered, with its features (for off-policy evaluation); serialized
-    /// like `context`.
+    /// Every candidate considered: id, type and expected deltas (for off-policy evaluation; the
+    /// shown items carry their features); serialized like `context`.
     pub candidates: Box<RawValue>,
     pub context_features: Vec<f32>,
     pub user_role: Option<String>,

@@ -249,6 +249,43 @@ async fn wrong_embedding_dimension_is_named() {
     );
 }
 
+/// Serves `n` contract requests and answers each: `answer(i)` picks the position of the
+/// recommendation the feedback is about and its outcome; every feedback must be stored (201).
+async fn serve_and_answer(
+    app: &TestApp,
+    n: usize,
+    answer: impl Fn(usize) -> (usize, &'static str),
+) {
+    for i in 0..n {
+        let body: Value = app
+            .post(
+                "/v1/recommendations",
+                Some(&app.platform_key),
+                &contract_request(),
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        let (position, outcome) = answer(i);
+        let feedback = json!({"event_id": body["event_id"], "recommendation_id": body["recommendations"][position]["recommendation_id"], "outcome": outcome});
+        assert_eq!(
+            app.post("/v1/feedback", Some(&app.platform_key), &feedback)
+                .await
+                .status(),
+            201
+        );
+    }
+}
+
+/// The largest elementwise difference of two posterior means.
+fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
 /// Waits until `serving`'s policy for acme has learned `n` observations.
 async fn wait_for_observations(
     serving: &Serving,
@@ -271,46 +308,20 @@ async fn replicas_agree_and_state_survives_a_restart() {
     let app = with_contract_data().await;
     // A second replica on the same database.
     let replica = Serving::start(app.db.pool().clone()).await.unwrap();
-    for i in 0..12 {
-        let body: Value = app
-            .post(
-                "/v1/recommendations",
-                Some(&app.platform_key),
-                &contract_request(),
-            )
-            .await
-            .json()
-            .await
-            .unwrap();
-        let outcome = if i % 3 == 0 { "accepted" } else { "rejected" };
-        let feedback = json!({"event_id": body["event_id"], "recommendation_id": body["recommendations"][i % 3]["recommendation_id"], "outcome": outcome});
-        assert_eq!(
-            app.post("/v1/feedback", Some(&app.platform_key), &feedback)
-                .await
-                .status(),
-            201
-        );
-    }
+    serve_and_answer(&app, 12, |i| {
+        (i % 3, if i % 3 == 0 { "accepted" } else { "rejected" })
+    })
+    .await;
     let served_by_app = app.serving.clone();
     let here = wait_for_observations(&served_by_app, 12).await;
     // The other replica learns the same feedback by polling the database.
     let there = wait_for_observations(&replica, 12).await;
-    let diff = here
-        .mean()
-        .iter()
-        .zip(there.mean().iter())
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
+    let diff = max_abs_diff(here.mean(), there.mean());
     assert!(diff < 1e-9, "replicas disagree by {diff}");
     // A restart rebuilds the same posterior from the logged feedback.
     let restarted = Serving::start(app.db.pool().clone()).await.unwrap();
     let rebuilt = wait_for_observations(&restarted, 12).await;
-    let diff = here
-        .mean()
-        .iter()
-        .zip(rebuilt.mean().iter())
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
+    let diff = max_abs_diff(here.mean(), rebuilt.mean());
     assert!(diff < 1e-9, "restart changed the posterior by {diff}");
     assert!(
         here.mean().iter().any(|m| m.abs() > 1e-6),
@@ -321,26 +332,10 @@ async fn replicas_agree_and_state_survives_a_restart() {
 #[tokio::test]
 async fn analytics_over_served_decisions() {
     let app = with_contract_data().await;
-    for i in 0..10 {
-        let body: Value = app
-            .post(
-                "/v1/recommendations",
-                Some(&app.platform_key),
-                &contract_request(),
-            )
-            .await
-            .json()
-            .await
-            .unwrap();
-        let outcome = if i < 4 { "accepted" } else { "rejected" };
-        let feedback = json!({"event_id": body["event_id"], "recommendation_id": body["recommendations"][0]["recommendation_id"], "outcome": outcome});
-        assert_eq!(
-            app.post("/v1/feedback", Some(&app.platform_key), &feedback)
-                .await
-                .status(),
-            201
-        );
-    }
+    serve_and_answer(&app, 10, |i| {
+        (0, if i < 4 { "accepted" } else { "rejected" })
+    })
+    .await;
     let acceptance: Value = app
         .get(
             "/v1/analytics/acceptance?group_by=policy_version",
