@@ -2,6 +2,7 @@
 //! the bandit, logging the decision durably, and learning from feedback. HTTP-free.
 
 pub mod benchmark;
+pub mod candidate_log;
 pub mod decision_writer;
 pub mod engine;
 pub mod features;

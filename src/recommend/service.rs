@@ -20,12 +20,13 @@ use sqlx::PgPool;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use super::candidate_log::{self, CandidateEntry, CandidateLogError};
 use super::decision_writer::{DecisionWriteError, DecisionWriter};
 use super::engine::{RecommendError, RecommendInput, Shown, prepare, rank};
 use super::features::{layout, policy_config};
 use crate::candidates::{CandidateIndex, FailureObservation, provider_of};
 use crate::clustering::{ClusterError, ClusterModel, FailureInput, FailureText};
-use crate::domain::{Candidate, RecommendationType};
+use crate::domain::Candidate;
 use crate::storage::StorageError;
 use crate::storage::candidate_stats::{CandidateStats, load_model_candidates_by_cluster};
 use crate::storage::decisions::{
@@ -97,9 +98,10 @@ pub enum ServeError {
     Rank(#[from] RecommendError),
     #[error(transparent)]
     Log(#[from] DecisionWriteError),
-    /// The decision could not be encoded for the log (not expected: plain numbers and strings).
+    /// The candidate set could not be encoded for the log (over 65,535 candidates, or an id
+    /// over 65,535 bytes: not expected).
     #[error("cannot encode the decision for the log")]
-    LogEncoding(#[source] serde_json::Error),
+    LogEncoding(#[source] CandidateLogError),
     /// A lock holder panicked; the state may be inconsistent.
     #[error("serving state lock poisoned")]
     Poisoned,
@@ -325,7 +327,7 @@ impl Serving {
             context: query.raw,
             // Enough to recompute another policy's choice off-line (see `recommend::ope`); the
             // features of shown items are kept with them (what replay learning needs).
-            candidates: candidate_log(&output.candidates)?,
+            candidate_set: candidate_log(&output.candidates)?,
             context_features: output.context.iter().map(|v| *v as f32).collect(),
             user_role: query.user_role,
             domain: query.domain,
@@ -404,27 +406,16 @@ impl Serving {
     }
 }
 
-/// The candidate set as logged: enough to recompute another policy's choice off-line (see
-/// `recommend::ope`), serialized straight to JSON text.
-fn candidate_log(candidates: &[(Candidate, Vec<f64>)]) -> Result<Box<RawValue>, ServeError> {
-    #[derive(serde::Serialize)]
-    struct Logged<'a> {
-        candidate_id: &'a str,
-        #[serde(rename = "type")]
-        kind: RecommendationType,
-        expected_reliability_delta: f64,
-        expected_cost_delta_usd: f64,
-    }
-    let logged: Vec<Logged<'_>> = candidates
-        .iter()
-        .map(|(c, _)| Logged {
-            candidate_id: &c.candidate_id,
-            kind: c.recommendation_type,
-            expected_reliability_delta: c.expected_reliability_delta,
-            expected_cost_delta_usd: c.expected_cost_delta_usd,
-        })
-        .collect();
-    serde_json::value::to_raw_value(&logged).map_err(ServeError::LogEncoding)
+/// The candidate set as logged (`recommend::candidate_log`): enough to recompute another
+/// policy's choice off-line (see `recommend::ope`).
+fn candidate_log(candidates: &[(Candidate, Vec<f64>)]) -> Result<Vec<u8>, ServeError> {
+    candidate_log::encode(candidates.iter().map(|(c, _)| CandidateEntry {
+        candidate_id: &c.candidate_id,
+        kind: c.recommendation_type,
+        expected_reliability_delta: c.expected_reliability_delta,
+        expected_cost_delta_usd: c.expected_cost_delta_usd,
+    }))
+    .map_err(ServeError::LogEncoding)
 }
 
 fn poisoned() -> ServeError {

@@ -77,8 +77,10 @@ pub async fn ping(pool: &PgPool) -> Result<(), StorageError> {
 /// A logged top recommendation for off-policy evaluation.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct LoggedTop {
-    /// The decision's candidate set (JSON array).
-    pub candidates: serde_json::Value,
+    /// The decision's candidate set in the binary layout of `recommend::candidate_log`...
+    pub candidate_set: Option<Vec<u8>>,
+    /// ...or, for decisions logged before that column, as a JSON array.
+    pub candidates: Option<serde_json::Value>,
     pub recommendation_id: String,
     pub propensity: f64,
     pub accepted: bool,
@@ -95,7 +97,7 @@ pub async fn logged_tops(
     until: Option<NaiveDate>,
 ) -> Result<Vec<LoggedTop>, StorageError> {
     sqlx::query_as(
-        "SELECT l.candidates, i.recommendation_id, i.propensity,
+        "SELECT l.candidate_set, l.candidates, i.recommendation_id, i.propensity,
                 EXISTS (SELECT 1 FROM feedback f WHERE f.org_id = i.org_id AND f.event_id = i.event_id
                         AND f.recommendation_id = i.recommendation_id AND f.outcome IN ('accepted', 'applied')) AS accepted
          FROM decision_items i

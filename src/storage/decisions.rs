@@ -23,8 +23,8 @@ pub struct DecisionRecord {
     /// request path writes it once, straight to JSON text, instead of building a `Value` tree.
     pub context: Box<RawValue>,
     /// Every candidate considered: id, type and expected deltas (for off-policy evaluation; the
-    /// shown items carry their features); serialized like `context`.
-    pub candidates: Box<RawValue>,
+    /// shown items carry their features), in the binary layout of `recommend::candidate_log`.
+    pub candidate_set: Vec<u8>,
     pub context_features: Vec<f32>,
     pub user_role: Option<String>,
     pub domain: Option<String>,
@@ -63,7 +63,8 @@ pub async fn insert_decisions(
         seed: i64,
         cluster_id: Option<&'a str>,
         context: &'a RawValue,
-        candidates: &'a RawValue,
+        #[serde(serialize_with = "bytea_hex")]
+        candidate_set: &'a [u8],
         context_features: &'a [f32],
         user_role: Option<&'a str>,
         domain: Option<&'a str>,
@@ -91,7 +92,7 @@ pub async fn insert_decisions(
             seed: d.seed,
             cluster_id: d.cluster_id.as_deref(),
             context: &d.context,
-            candidates: &d.candidates,
+            candidate_set: &d.candidate_set,
             context_features: &d.context_features,
             user_role: d.user_role.as_deref(),
             domain: d.domain.as_deref(),
@@ -120,11 +121,11 @@ pub async fn insert_decisions(
     sqlx::query(
         "WITH logged AS (
              INSERT INTO decision_log (org_id, event_id, created_at, policy_version, seed, cluster_id,
-                                       context, candidates, context_features, user_role, domain)
-             SELECT org_id, event_id, created_at, policy_version, seed, cluster_id, context, candidates,
+                                       context, candidate_set, context_features, user_role, domain)
+             SELECT org_id, event_id, created_at, policy_version, seed, cluster_id, context, candidate_set,
                     context_features, user_role, domain
              FROM jsonb_to_recordset($1) AS r(org_id text, event_id uuid, created_at timestamptz,
-                  policy_version text, seed bigint, cluster_id text, context jsonb, candidates jsonb,
+                  policy_version text, seed bigint, cluster_id text, context jsonb, candidate_set bytea,
                   context_features real[], user_role text, domain text)
          )
          INSERT INTO decision_items (org_id, event_id, recommendation_id, position, recommendation_type,
@@ -314,16 +315,28 @@ pub async fn failures_of_outcomes(
     .context("read failures of outcomes")
 }
 
-/// How many candidates a logged decision ranked.
-pub async fn candidates_ranked(
+/// A logged decision's candidate set as stored: the binary column (`recommend::candidate_log`),
+/// or the JSONB column of decisions logged before it. `None` when there is no such decision.
+pub async fn stored_candidate_set(
     pool: &PgPool,
     org: &str,
     event_id: Uuid,
-) -> Result<Option<i32>, StorageError> {
-    sqlx::query_scalar("SELECT jsonb_array_length(candidates) FROM decision_log WHERE org_id = $1 AND event_id = $2")
-        .bind(org)
-        .bind(event_id)
-        .fetch_optional(pool)
-        .await
-        .context("count ranked candidates")
+) -> Result<Option<(Option<Vec<u8>>, Option<Value>)>, StorageError> {
+    sqlx::query_as(
+        "SELECT candidate_set, candidates FROM decision_log WHERE org_id = $1 AND event_id = $2",
+    )
+    .bind(org)
+    .bind(event_id)
+    .fetch_optional(pool)
+    .await
+    .context("read a logged candidate set")
+}
+
+/// Writes bytes as the text form of `bytea` (`\x` and hex digits), which `jsonb_to_recordset`
+/// hands to the column's input function.
+fn bytea_hex<S: serde::Serializer>(bytes: &&[u8], serializer: S) -> Result<S::Ok, S::Error> {
+    let mut text = String::with_capacity(2 + 2 * bytes.len());
+    text.push_str("\\x");
+    text.push_str(&hex::encode(bytes));
+    serializer.serialize_str(&text)
 }

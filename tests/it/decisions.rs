@@ -21,7 +21,8 @@ fn decision(org: &str, event_id: Uuid) -> DecisionRecord {
         seed: 42,
         cluster_id: Some("tool_timeout-web_search".into()),
         context: RawValue::from_string(r#"{"failures": []}"#.to_owned()).expect("valid JSON"),
-        candidates: RawValue::from_string("[]".to_owned()).expect("valid JSON"),
+        candidate_set: arc_rec::recommend::candidate_log::encode(std::iter::empty())
+            .expect("encodes"),
         context_features: vec![1.0, 0.5],
         user_role: Some("senior_ml_engineer".into()),
         domain: Some("fintech".into()),

@@ -143,7 +143,8 @@ pub async fn ope(
     request: HttpRequest,
     state: web::Data<AppState>,
 ) -> Result<web::Json<OpeResponse>, ApiError> {
-    use crate::recommend::ope::{LoggedCandidate, LoggedDecision, TargetPolicy, evaluate};
+    use crate::recommend::candidate_log::decode_stored;
+    use crate::recommend::ope::{LoggedDecision, TargetPolicy, evaluate};
 
     let principal = caller.require(Permission::ReadAnalytics)?;
     let query: OpeQuery = parse_query(&request)?;
@@ -163,7 +164,11 @@ pub async fn ope(
     let log: Vec<LoggedDecision> = rows
         .into_iter()
         .filter_map(|row| {
-            let candidates: Vec<LoggedCandidate> = serde_json::from_value(row.candidates).ok()?;
+            // A set that cannot be read leaves its decision out (logged once per row, not
+            // failing the estimate of all the others).
+            let candidates = decode_stored(row.candidate_set.as_deref(), row.candidates)
+                .inspect_err(|e| tracing::warn!(error = %e, "unreadable logged candidate set"))
+                .ok()?;
             Some(LoggedDecision {
                 candidates,
                 shown: format!("c-{}", row.recommendation_id.trim_start_matches("r-")),
