@@ -115,7 +115,11 @@ pub fn encode<'a>(
 /// The 8 bytes of a `c-<16 lowercase hex digits>` id (`Candidate::id_for`), if it is one.
 fn hex_id(id: &str) -> Option<[u8; 8]> {
     let digits = id.strip_prefix("c-")?;
-    if digits.len() != 16 || !digits.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+    if digits.len() != 16
+        || !digits
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
         return None;
     }
     let mut bytes = [0u8; 8];
@@ -234,7 +238,9 @@ mod tests {
         assert_eq!(bytes.len(), 3 + 50 * 18);
         let back = decode(&bytes).expect("decodes");
         assert_eq!(
-            back.iter().map(|c| c.candidate_id.as_str()).collect::<Vec<_>>(),
+            back.iter()
+                .map(|c| c.candidate_id.as_str())
+                .collect::<Vec<_>>(),
             ids
         );
     }
@@ -262,8 +268,16 @@ mod tests {
         let codes: Vec<u8> = RecommendationType::ALL.into_iter().map(type_code).collect();
         assert_eq!(codes, [0, 1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(
-            encode([entry("c-00000000000000ff", RecommendationType::Cheapest, 0.5, -1.0)].into_iter())
-                .expect("encodes"),
+            encode(
+                [entry(
+                    "c-00000000000000ff",
+                    RecommendationType::Cheapest,
+                    0.5,
+                    -1.0
+                )]
+                .into_iter()
+            )
+            .expect("encodes"),
             [
                 1, 1, 0, // version, count
                 0, 0, 0, 0, 0x3f, 0, 0, 0x80, 0xbf, // cheapest, 0.5, -1.0
@@ -275,7 +289,13 @@ mod tests {
     #[test]
     fn damaged_sets_are_errors() {
         let good = encode(
-            [entry("c-0000000000000001", RecommendationType::Balanced, 0.1, 0.2)].into_iter(),
+            [entry(
+                "c-0000000000000001",
+                RecommendationType::Balanced,
+                0.1,
+                0.2,
+            )]
+            .into_iter(),
         )
         .expect("encodes");
         assert_eq!(decode(&[]), Err(CandidateLogError::Truncated(0)));

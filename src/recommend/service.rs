@@ -58,7 +58,8 @@ pub struct RecommendationQuery {
     pub domain: Option<String>,
     pub k: usize,
     pub max_cost_increase_usd_per_run: Option<f64>,
-    /// The request as received, serialized for the decision log.
+    /// The request as received, without `failure_context.failure_cluster_embedding` (logged
+    /// in a column of its own), serialized for the decision log.
     pub raw: Box<RawValue>,
 }
 
@@ -325,6 +326,7 @@ impl Serving {
             seed: seed as i64,
             cluster_id: cluster_id.clone(),
             context: query.raw,
+            context_embedding: query.embedding,
             // Enough to recompute another policy's choice off-line (see `recommend::ope`); the
             // features of shown items are kept with them (what replay learning needs).
             candidate_set: candidate_log(&output.candidates)?,

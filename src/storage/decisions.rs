@@ -22,6 +22,9 @@ pub struct DecisionRecord {
     /// The request's context as received (for audits and replays), already serialized: the
     /// request path writes it once, straight to JSON text, instead of building a `Value` tree.
     pub context: Box<RawValue>,
+    /// The request's failure-cluster embedding, if it sent one (kept out of `context`: as
+    /// `real[]` it is a quarter of its JSON size).
+    pub context_embedding: Option<Vec<f32>>,
     /// Every candidate considered: id, type and expected deltas (for off-policy evaluation; the
     /// shown items carry their features), in the binary layout of `recommend::candidate_log`.
     pub candidate_set: Vec<u8>,
@@ -63,6 +66,7 @@ pub async fn insert_decisions(
         seed: i64,
         cluster_id: Option<&'a str>,
         context: &'a RawValue,
+        context_embedding: Option<&'a [f32]>,
         #[serde(serialize_with = "bytea_hex")]
         candidate_set: &'a [u8],
         context_features: &'a [f32],
@@ -92,6 +96,7 @@ pub async fn insert_decisions(
             seed: d.seed,
             cluster_id: d.cluster_id.as_deref(),
             context: &d.context,
+            context_embedding: d.context_embedding.as_deref(),
             candidate_set: &d.candidate_set,
             context_features: &d.context_features,
             user_role: d.user_role.as_deref(),
@@ -121,11 +126,13 @@ pub async fn insert_decisions(
     sqlx::query(
         "WITH logged AS (
              INSERT INTO decision_log (org_id, event_id, created_at, policy_version, seed, cluster_id,
-                                       context, candidate_set, context_features, user_role, domain)
-             SELECT org_id, event_id, created_at, policy_version, seed, cluster_id, context, candidate_set,
-                    context_features, user_role, domain
+                                       context, context_embedding, candidate_set, context_features,
+                                       user_role, domain)
+             SELECT org_id, event_id, created_at, policy_version, seed, cluster_id, context,
+                    context_embedding, candidate_set, context_features, user_role, domain
              FROM jsonb_to_recordset($1) AS r(org_id text, event_id uuid, created_at timestamptz,
-                  policy_version text, seed bigint, cluster_id text, context jsonb, candidate_set bytea,
+                  policy_version text, seed bigint, cluster_id text, context jsonb,
+                  context_embedding real[], candidate_set bytea,
                   context_features real[], user_role text, domain text)
          )
          INSERT INTO decision_items (org_id, event_id, recommendation_id, position, recommendation_type,

@@ -1,10 +1,12 @@
 //! The decision log and feedback storage: group-committed decisions are durable, feedback is
 //! idempotent and must name a shown recommendation of the same organization.
 
+use arc_rec::domain::RecommendationType;
+use arc_rec::recommend::candidate_log::{self, CandidateEntry};
 use arc_rec::recommend::decision_writer::DecisionWriter;
 use arc_rec::storage::decisions::{
     DecisionItemRecord, DecisionRecord, FeedbackOutcome, FeedbackRecord, FeedbackStored,
-    feedback_since, insert_feedback,
+    feedback_since, insert_feedback, stored_candidate_set,
 };
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -21,8 +23,17 @@ fn decision(org: &str, event_id: Uuid) -> DecisionRecord {
         seed: 42,
         cluster_id: Some("tool_timeout-web_search".into()),
         context: RawValue::from_string(r#"{"failures": []}"#.to_owned()).expect("valid JSON"),
-        candidate_set: arc_rec::recommend::candidate_log::encode(std::iter::empty())
-            .expect("encodes"),
+        context_embedding: Some(vec![0.25, -1.5]),
+        candidate_set: candidate_log::encode(
+            [CandidateEntry {
+                candidate_id: "c-00000000000000aa",
+                kind: RecommendationType::RetryPolicy,
+                expected_reliability_delta: 0.25,
+                expected_cost_delta_usd: 0.5,
+            }]
+            .into_iter(),
+        )
+        .expect("encodes"),
         context_features: vec![1.0, 0.5],
         user_role: Some("senior_ml_engineer".into()),
         domain: Some("fintech".into()),
@@ -67,6 +78,22 @@ async fn concurrent_decisions_are_all_durable() {
         .await
         .unwrap();
     assert_eq!((logged, items), (64, 192));
+    // The binary candidate set and the embedding come back as written.
+    let (event_id, embedding): (Uuid, Vec<f32>) =
+        sqlx::query_as("SELECT event_id, context_embedding FROM decision_log LIMIT 1")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(embedding, [0.25, -1.5]);
+    let (binary, json) = stored_candidate_set(db.pool(), "acme", event_id)
+        .await
+        .unwrap()
+        .expect("logged");
+    assert!(json.is_none());
+    let candidates = candidate_log::decode_stored(binary.as_deref(), json).unwrap();
+    assert_eq!(candidates.len(), 1);
+    assert_eq!(candidates[0].candidate_id, "c-00000000000000aa");
+    assert_eq!(candidates[0].kind, RecommendationType::RetryPolicy);
     // A failing batch reports its error to every waiting request.
     let err = writer
         .write(decision("no-such-org", Uuid::new_v4()))

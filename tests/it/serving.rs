@@ -247,6 +247,20 @@ async fn wrong_embedding_dimension_is_named() {
         body["cluster_id"].is_string(),
         "placed by the embedding: {body}"
     );
+    // The log keeps the embedding as real[] and the rest of the request as JSON.
+    let event_id: uuid::Uuid = body["event_id"].as_str().unwrap().parse().unwrap();
+    let (context, embedding): (Value, Vec<f32>) =
+        sqlx::query_as("SELECT context, context_embedding FROM decision_log WHERE event_id = $1")
+            .bind(event_id)
+            .fetch_one(app.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(embedding, [0.1, 0.2, -0.3, 0.05, 0.0, 0.4, -0.2, 0.1]);
+    assert_eq!(
+        context["failure_context"],
+        json!({"failures": [], "outcome_ids": []})
+    );
+    assert_eq!(context["current_config"], request["current_config"]);
 }
 
 /// Serves `n` contract requests and answers each: `answer(i)` picks the position of the

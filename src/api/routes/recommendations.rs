@@ -44,7 +44,9 @@ pub struct RecommendationRequest {
 #[serde(deny_unknown_fields)]
 pub struct FailureContextBody {
     /// The failure cluster's embedding (the organization's fixed dimension, e.g. 1536).
-    #[serde(default)]
+    // Omitted when absent: the decision log keeps the embedding in a column of its own and the
+    // rest of the request as JSON (see `into_query`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_cluster_embedding: Option<Vec<f32>>,
     #[serde(default)]
     pub failures: Vec<FailureBody>,
@@ -117,9 +119,14 @@ pub struct ExplanationBody {
 
 impl RecommendationRequest {
     /// Checks what types cannot, naming each bad field.
-    fn into_query(self) -> Result<RecommendationQuery, ApiError> {
+    fn into_query(mut self) -> Result<RecommendationQuery, ApiError> {
+        // The request is logged as JSON without its embedding, which goes to a `real[]` column:
+        // as JSON text a 64-value embedding alone is ~0.8 kB per decision (15 kB at 1536
+        // values) for Postgres to parse into numerics and write.
+        let embedding = self.failure_context.failure_cluster_embedding.take();
         let raw =
             serde_json::value::to_raw_value(&self).map_err(|e| ApiError::Internal(e.into()))?;
+        self.failure_context.failure_cluster_embedding = embedding;
         let mut errors = FieldErrors::default();
         let context = &self.failure_context;
         if context.failure_cluster_embedding.is_none()
