@@ -75,9 +75,11 @@ fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> E
 /// All keep commits durable; they cut the bytes each commit's WAL flush must write, which is
 /// what a decision-log write waits for: full-page images are compressed, and checkpoints (after
 /// which the first change to every page logs a full-page image) come every 15 minutes rather
-/// than every 5.
-const SERVER_OPTIONS: &str =
-    "-c wal_compression=on -c checkpoint_timeout=15min -c max_wal_size=2GB";
+/// than every 5. Backends that evict a dirty buffer ask the kernel to write it back now
+/// (`backend_flush_after`) instead of leaving it in the page cache for the kernel's periodic
+/// writeback, whose bursts queue ahead of the next commit's WAL flush.
+const SERVER_OPTIONS: &str = "-c wal_compression=on -c checkpoint_timeout=15min -c max_wal_size=2GB \
+     -c backend_flush_after=256kB";
 
 /// How the cluster should be tuned.
 #[derive(Debug, Clone, Copy, Default)]
