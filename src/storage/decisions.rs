@@ -342,12 +342,8 @@ pub async fn stored_candidate_set(
 /// Writes bytes as the text form of `bytea` (`\x` and hex digits), which `jsonb_to_recordset`
 /// hands to the column's input function.
 fn bytea_hex<S: serde::Serializer>(bytes: &&[u8], serializer: S) -> Result<S::Ok, S::Error> {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(2 + 2 * bytes.len());
-    text.push_str("\\x");
-    for b in bytes.iter() {
-        text.push(char::from(DIGITS[usize::from(b >> 4)]));
-        text.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
-    serializer.serialize_str(&text)
+    let mut text = vec![0u8; 2 + 2 * bytes.len()];
+    text[..2].copy_from_slice(b"\\x");
+    hex::encode_to_slice(bytes, &mut text[2..]).map_err(serde::ser::Error::custom)?;
+    serializer.serialize_str(std::str::from_utf8(&text).map_err(serde::ser::Error::custom)?)
 }
