@@ -227,5 +227,13 @@ async fn openapi_lists_every_route() {
             "{schema}"
         );
     }
+    // Kept out of the logged JSON by `skip_serializing`, but still part of the request.
+    assert!(
+        document["components"]["schemas"]["FailureContextBody"]["properties"]
+            ["failure_cluster_embedding"]
+            .is_object(),
+        "{}",
+        document["components"]["schemas"]["FailureContextBody"]
+    );
     assert!(document["components"]["securitySchemes"]["api_key"].is_object());
 }

@@ -45,7 +45,8 @@ pub struct RecommendationRequest {
 pub struct FailureContextBody {
     /// The failure cluster's embedding (the organization's fixed dimension, e.g. 1536).
     // Omitted when absent: the decision log keeps the embedding in a column of its own and the
-    // rest of the request as JSON (see `into_query`).
+    // rest of the request as JSON (see `into_query`). Not `skip_serializing`, which would also
+    // drop the field from the OpenAPI schema.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_cluster_embedding: Option<Vec<f32>>,
     #[serde(default)]
