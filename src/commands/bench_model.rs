@@ -425,11 +425,7 @@ fn measure_in_child(
         Some(dir) => command.arg("--checkpoint").arg(dir),
         None => command.args(["--shape", "qwen2.5-7b"]),
     };
-    let device = if runtime.device.is_cuda() {
-        "cuda"
-    } else {
-        "cpu"
-    };
+    let device = device_flag(runtime);
     let numbers = [
         ("--prompt-tokens", u64::from(sizes.prompt_tokens)),
         ("--new-tokens", u64::from(sizes.new_tokens)),
@@ -514,11 +510,7 @@ fn run_reference(
             owned.push("qwen2.5-7b".into());
         }
     }
-    let device = if runtime.device.is_cuda() {
-        "cuda"
-    } else {
-        "cpu"
-    };
+    let device = device_flag(runtime);
     let numbers = [
         ("--prompt-len", u64::from(settings.prompt_tokens)),
         ("--new-tokens", u64::from(settings.new_tokens)),
@@ -689,5 +681,15 @@ fn print_table(report: &Report) {
     }
     if let Some(reason) = &report.reference_error {
         println!("no ratios: the PyTorch reference did not run: {reason}");
+    }
+}
+
+/// The `--device` value both child processes (ours and the PyTorch reference) take for the
+/// device this run selected.
+fn device_flag(runtime: Runtime) -> &'static str {
+    if runtime.device.is_cuda() {
+        "cuda"
+    } else {
+        "cpu"
     }
 }

@@ -23,6 +23,19 @@ fn contract_request() -> Value {
     })
 }
 
+/// Posts the contract request with the platform key and returns the response body.
+async fn recommend_contract(app: &TestApp) -> Value {
+    app.post(
+        "/v1/recommendations",
+        Some(&app.platform_key),
+        &contract_request(),
+    )
+    .await
+    .json()
+    .await
+    .unwrap()
+}
+
 async fn with_contract_data() -> TestApp {
     let app = spawn_app().await;
     let records = Value::Array(
@@ -98,16 +111,7 @@ async fn the_contract_request_works_as_written_and_is_logged() {
 #[tokio::test]
 async fn feedback_is_idempotent_and_checked() {
     let app = with_contract_data().await;
-    let body: Value = app
-        .post(
-            "/v1/recommendations",
-            Some(&app.platform_key),
-            &contract_request(),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
+    let body = recommend_contract(&app).await;
     let feedback = json!({
         "event_id": body["event_id"], "recommendation_id": body["recommendations"][0]["recommendation_id"],
         "outcome": "accepted", "reliability_delta": 0.21, "feedback_score": 4
@@ -271,16 +275,7 @@ async fn serve_and_answer(
     answer: impl Fn(usize) -> (usize, &'static str),
 ) {
     for i in 0..n {
-        let body: Value = app
-            .post(
-                "/v1/recommendations",
-                Some(&app.platform_key),
-                &contract_request(),
-            )
-            .await
-            .json()
-            .await
-            .unwrap();
+        let body = recommend_contract(app).await;
         let (position, outcome) = answer(i);
         let feedback = json!({"event_id": body["event_id"], "recommendation_id": body["recommendations"][position]["recommendation_id"], "outcome": outcome});
         assert_eq!(
