@@ -47,6 +47,10 @@ pub struct BenchServeArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Write each rate's per-request latencies to DIR/latency-<N>-<rate>.csv (N counts the
+    /// rates run; see `arc-rec bench load --latency-log`).
+    #[arg(long, value_name = "DIR")]
+    pub latency_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -147,16 +151,24 @@ pub async fn run(args: &BenchServeArgs, database: &Database) -> anyhow::Result<(
             .context("the first decision was not logged")?;
     let ranked = crate::recommend::candidate_log::decode_stored(binary.as_deref(), json)?.len();
 
+    if let Some(dir) = &args.latency_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
     let mut reports = Vec::new();
-    for &rate in &args.rates {
+    for (n, &rate) in args.rates.iter().enumerate() {
         eprintln!("driving {rate} requests/s for {} s...", args.duration);
-        let output = Command::new(&exe)
-            .args([
-                "bench",
-                "load",
-                "--url",
-                &format!("http://127.0.0.1:{port}/v1/recommendations"),
-            ])
+        let mut load = Command::new(&exe);
+        load.args([
+            "bench",
+            "load",
+            "--url",
+            &format!("http://127.0.0.1:{port}/v1/recommendations"),
+        ]);
+        if let Some(dir) = &args.latency_dir {
+            load.arg("--latency-log")
+                .arg(dir.join(format!("latency-{}-{rate}.csv", n + 1)));
+        }
+        let output = load
             .arg("--bodies")
             .arg(bodies.path())
             .args([

@@ -35,6 +35,10 @@ pub struct LoadArgs {
     /// Most requests in flight; beyond it requests count as errors (the server is saturated).
     #[arg(long, default_value_t = 2000)]
     pub max_in_flight: usize,
+    /// Also write every measured request as a CSV line `sent_s,latency_ms` (seconds after the
+    /// warm-up; latency empty for an error), to see when in the window the slow ones fell.
+    #[arg(long)]
+    pub latency_log: Option<PathBuf>,
 }
 
 /// What one load run measured (printed as one JSON line).
@@ -100,18 +104,25 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
     }
     drop(tx);
     let mut latencies = Vec::with_capacity(total as usize);
+    let mut log = Vec::new();
     let (mut sent, mut errors) = (0u64, 0u64);
     while let Some((i, latency)) = rx.recv().await {
         if i < warmup {
             continue;
         }
         sent += 1;
+        if args.latency_log.is_some() {
+            log.push((i - warmup, latency));
+        }
         match latency {
             Some(l) => latencies.push(l.as_secs_f64() * 1000.0),
             None => errors += 1,
         }
     }
     let measured = start.elapsed().as_secs_f64() - 1.0;
+    if let Some(path) = &args.latency_log {
+        write_latency_log(path, &mut log, interval)?;
+    }
     latencies.sort_by(f64::total_cmp);
     let quantile = |q: f64| {
         (!latencies.is_empty())
@@ -130,4 +141,27 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
     };
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
+}
+
+/// Writes `sent_s,latency_ms` lines in send order.
+fn write_latency_log(
+    path: &std::path::Path,
+    log: &mut [(u64, Option<Duration>)],
+    interval: Duration,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    log.sort_unstable_by_key(|(i, _)| *i);
+    let file =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    writeln!(out, "sent_s,latency_ms")?;
+    for (i, latency) in log.iter() {
+        let sent = interval.as_secs_f64() * *i as f64;
+        match latency {
+            Some(l) => writeln!(out, "{sent:.4},{:.3}", l.as_secs_f64() * 1000.0)?,
+            None => writeln!(out, "{sent:.4},")?,
+        }
+    }
+    out.flush()
+        .with_context(|| format!("cannot write {}", path.display()))
 }
