@@ -17,6 +17,8 @@ mod cli;
 mod cluster;
 /// The decision log and feedback storage.
 mod decisions;
+/// The embedded cluster's settings.
+mod embedded;
 /// Export: reward rules on hand-made rows, filters, formats, atomic output.
 mod export;
 /// Ingest: the contract examples, idempotency, bad input naming line and field.
