@@ -33,9 +33,9 @@ pub struct BenchServeArgs {
     #[arg(long, value_delimiter = ',', default_value = "250,500,1000,1500,2000")]
     pub rates: Vec<u32>,
     /// Seconds measured per rate (after one second of warm-up). The default spans one period of
-    /// the kernel's dirty-page writeback (30 s), which stalls WAL flushes for tens of ms on this
-    /// kind of VM: a shorter window holds that stall either once or not at all, so its p99 swings
-    /// with where the flush falls rather than measuring the steady state.
+    /// the kernel's dirty-page writeback (30 s): where nothing paces it (a server on another
+    /// Postgres) it stalls WAL flushes for tens of ms, and a shorter window holds that stall
+    /// either once or not at all, so its p99 would swing with where the flush falls.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=600))]
     pub duration: u32,
     /// HTTP worker threads of the server (default: one per core).
@@ -118,7 +118,7 @@ pub async fn run(args: &BenchServeArgs, database: &Database) -> anyhow::Result<(
     let bodies = tempfile::NamedTempFile::new()?;
     write_bodies(&bodies, 500)?;
 
-    let mut server = start_server(&exe, &url, args.workers)?;
+    let mut server = start_server(&exe, database, args.workers)?;
     let port = server.port;
     let probe = reqwest::Client::new();
     let first: Value = probe
@@ -328,13 +328,21 @@ struct ServerProcess {
 
 fn start_server(
     exe: &std::path::Path,
-    url: &str,
+    database: &Database,
     workers: Option<usize>,
 ) -> anyhow::Result<ServerProcess> {
     let mut command = Command::new(exe);
+    // On the embedded cluster the server joins it as users do (and so paces its writeback);
+    // a server named by URL is reached the same way as here.
+    match database.embedded_root() {
+        Some(root) => command
+            .arg("--data-dir")
+            .arg(root)
+            .env_remove("DATABASE_URL"),
+        None => command.env("DATABASE_URL", database.libpq_url()),
+    };
     command
         .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("DATABASE_URL", url)
         .stderr(Stdio::piped())
         .stdout(Stdio::null());
     if let Some(workers) = workers {

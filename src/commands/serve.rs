@@ -32,6 +32,15 @@ pub async fn run(
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
+    // Held until the server has drained: the pacer thread stops when it is dropped.
+    let _pacer = match database.pace_writeback() {
+        Some(Ok(pacer)) => Some(pacer),
+        Some(Err(err)) => {
+            tracing::warn!(error = %err, "cannot pace writeback of the embedded cluster");
+            None
+        }
+        None => None,
+    };
     let serving = Serving::start(database.pool().clone())
         .await
         .context("cannot load the serving state")?;

@@ -239,6 +239,16 @@ impl EmbeddedPostgres {
         &self.bin_dir
     }
 
+    /// The directory the user named (`--data-dir`), which other arc-rec processes join it by.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The Postgres data directory (tables and WAL).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
     /// Leaves the cluster: stops the server if no other arc-rec process is using it (and this
     /// one was not asked to keep it running).
     pub fn release(mut self) -> Result<(), EmbeddedError> {

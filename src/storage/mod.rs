@@ -9,6 +9,7 @@ pub mod decisions;
 pub mod embedded;
 pub mod export_rows;
 pub mod record_writer;
+pub mod writeback_pacer;
 
 use std::path::PathBuf;
 
@@ -139,6 +140,19 @@ impl Database {
             libpq_url,
             psql,
             embedded,
+        })
+    }
+
+    /// The embedded cluster's directory (`--data-dir`); `None` for a server named by URL.
+    pub fn embedded_root(&self) -> Option<&std::path::Path> {
+        self.embedded.as_ref().map(EmbeddedPostgres::root)
+    }
+
+    /// Starts pacing the kernel's writeback of the embedded cluster's files
+    /// ([`writeback_pacer`]); `None` for a server named by URL, whose machine its operator tunes.
+    pub fn pace_writeback(&self) -> Option<std::io::Result<writeback_pacer::WritebackPacer>> {
+        self.embedded.as_ref().map(|cluster| {
+            writeback_pacer::WritebackPacer::start(cluster.data_dir(), writeback_pacer::PACE)
         })
     }
 
