@@ -13,6 +13,7 @@ pub mod commands;
 pub mod domain;
 pub mod export;
 pub mod ingest;
+pub mod plot;
 pub mod progress;
 pub mod recommend;
 pub mod storage;

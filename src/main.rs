@@ -57,6 +57,9 @@ async fn run_command(cli: &Cli, metrics: &telemetry::Metrics) -> anyhow::Result<
             return commands::simulate::write_file(args);
         }
         Command::Bench(BenchCommand::Load(args)) => return commands::load::run(args).await,
+        Command::Bench(BenchCommand::PaperBandit(args)) => {
+            return tokio::task::block_in_place(|| commands::bench_paper_bandit::run(args));
+        }
         // Minutes of libtorch work: off the async runtime's worker threads.
         #[cfg(feature = "rft")]
         Command::Bench(BenchCommand::Model(args)) => {

@@ -20,6 +20,9 @@ pub enum BenchCommand {
     Export(BenchExportArgs),
     /// Thompson sampling against random, heuristic order and the oracle in the synthetic world.
     Bandit(BenchBanditArgs),
+    /// The paper's bandit (Tang et al. 2025, Fig. 1): exact mean reward, pass@k and KL of mean,
+    /// pass@k and biased pass@k policy gradients over seeds, as tables and a PNG (no database).
+    PaperBandit(crate::commands::bench_paper_bandit::BenchPaperBanditArgs),
     /// p50/p99 latency of POST /v1/recommendations at fixed request rates (server and load in
     /// separate processes), the highest sustained rate and the server's peak memory.
     Serve(crate::commands::bench_serve::BenchServeArgs),
@@ -76,6 +79,7 @@ pub async fn run(command: &BenchCommand, database: &Database) -> anyhow::Result<
         BenchCommand::Serve(args) => crate::commands::bench_serve::run(args, database).await,
         // A pure client; `main` runs it without opening a database.
         BenchCommand::Load(_) => anyhow::bail!("`bench load` needs no database"),
+        BenchCommand::PaperBandit(_) => anyhow::bail!("`bench paper-bandit` needs no database"),
         #[cfg(feature = "rft")]
         BenchCommand::Model(_) => anyhow::bail!("`bench model` needs no database"),
     }

@@ -4,6 +4,7 @@
 pub mod bench;
 #[cfg(feature = "rft")]
 pub mod bench_model;
+pub mod bench_paper_bandit;
 pub mod bench_serve;
 pub mod cluster;
 pub mod export;
