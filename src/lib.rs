@@ -16,5 +16,6 @@ pub mod ingest;
 pub mod plot;
 pub mod progress;
 pub mod recommend;
+pub mod rft;
 pub mod storage;
 pub mod world;

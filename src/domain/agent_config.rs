@@ -159,6 +159,14 @@ pub fn config_hash(config: &Value) -> String {
     hex::encode(Sha256::digest(&canonical))
 }
 
+/// Compact JSON with object keys sorted, whatever order the value holds them in.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = Vec::with_capacity(128);
+    write_canonical(value, &mut out);
+    // serde_json writes valid UTF-8.
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Compact JSON with object keys sorted. Strings and scalars go through serde_json's own
 /// writer, so escaping and number formats are exactly `Value`'s `Display`; writing into one
 /// buffer keeps this allocation-free (it runs for every candidate of every request).

@@ -26,7 +26,7 @@ pub enum ExportFormat {
 }
 
 /// Train or validation, decided by a hash of the example's id so it never changes between runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Split {
     Train,
@@ -82,7 +82,7 @@ pub struct TrainingExample {
 }
 
 /// What the recommender sees.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct PromptContext {
     pub failure_summary: String,
     pub failures: Vec<FailureGroup>,
@@ -92,7 +92,7 @@ pub struct PromptContext {
 }
 
 /// What it recommended.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Recommendation {
     #[serde(rename = "type")]
     pub kind: Option<String>,
@@ -112,6 +112,40 @@ pub struct ObservedOutcome {
     pub runs_after: i64,
     pub reliability_after: Option<f64>,
     pub cost_per_run_after: Option<f64>,
+}
+
+impl Recommendation {
+    /// The recommendation as the model should write it: one compact JSON object.
+    pub fn completion_text(&self) -> String {
+        json!({
+            "type": self.kind,
+            "diff": self.diff,
+            "rationale": self.rationale,
+        })
+        .to_string()
+    }
+}
+
+impl PromptContext {
+    /// The user turn the recommender is asked: failure summary, current configuration, user.
+    pub fn user_turn(&self) -> String {
+        let mut text = String::with_capacity(1024);
+        text.push_str(&self.failure_summary);
+        let _ = write!(text, "\nCurrent configuration: {}", self.current_config);
+        if let Some(object) = self.user_context.as_object().filter(|o| !o.is_empty()) {
+            let role = object
+                .get("user_role")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown role");
+            let domain = object
+                .get("domain")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown domain");
+            let _ = write!(text, "\nUser: {role}, domain {domain}.");
+        }
+        text.push_str("\nRecommend one configuration change as a JSON object.");
+        text
+    }
 }
 
 impl TrainingExample {
@@ -192,41 +226,12 @@ impl TrainingExample {
 
     /// The user turn: failure summary, current configuration, user.
     pub fn prompt_text(&self) -> String {
-        let mut text = String::with_capacity(1024);
-        text.push_str(&self.context.failure_summary);
-        let _ = write!(
-            text,
-            "\nCurrent configuration: {}",
-            self.context.current_config
-        );
-        if let Some(object) = self
-            .context
-            .user_context
-            .as_object()
-            .filter(|o| !o.is_empty())
-        {
-            let role = object
-                .get("user_role")
-                .and_then(Value::as_str)
-                .unwrap_or("unknown role");
-            let domain = object
-                .get("domain")
-                .and_then(Value::as_str)
-                .unwrap_or("unknown domain");
-            let _ = write!(text, "\nUser: {role}, domain {domain}.");
-        }
-        text.push_str("\nRecommend one configuration change as a JSON object.");
-        text
+        self.context.user_turn()
     }
 
     /// The assistant turn: the recommendation as the model should write it.
     pub fn completion_text(&self) -> String {
-        json!({
-            "type": self.recommendation.kind,
-            "diff": self.recommendation.diff,
-            "rationale": self.recommendation.rationale,
-        })
-        .to_string()
+        self.recommendation.completion_text()
     }
 
     /// Appends the example as one JSON object (no newline) in `format`.

@@ -228,6 +228,12 @@ impl World {
         })
     }
 
+    /// The hidden truth about every configuration of the history, in history order (as
+    /// [`World::config_truth`], without the search).
+    pub fn config_truths(&self) -> impl Iterator<Item = ConfigTruth> + '_ {
+        (0..self.configurations).map(|k| history::open_config(self, k).truth(self))
+    }
+
     pub(crate) fn org_id(&self, index: usize) -> &OrgId {
         &self.org_ids[index]
     }

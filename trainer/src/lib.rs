@@ -5,13 +5,16 @@
 //!   layers and the KV cache.
 //! - [`generate`]: k samples per prompt over one prefill, with the sampled tokens' log-probs.
 //! - [`logprobs`], [`train_step`]: chunked token log-probs and the LoRA AdamW step.
+//! - [`rl_loss`]: the policy-gradient loss over sampled completions (per-sequence aggregation,
+//!   optional PPO clipping and k3 KL to the adapters-off reference).
 //! - [`peft`]: adapters in PEFT's on-disk format, merging them into the base weights.
 //! - [`tokenizer`], [`chat_template`], [`generation_config`]: a checkpoint's text side, as
 //!   transformers reads it.
 //! - [`preset`]: the random-initialised `tiny` checkpoint with its own trained tokenizer.
 //! - [`bench_model`]: the measurements behind `arc-rec bench model`.
 //!
-//! The graders and the pass@k-aware RL loop build on these.
+//! The pass@k-aware RL loop builds on these; its advantages come from the `objectives` crate and
+//! its graders from the root crate's `rft` module.
 
 pub mod bench_model;
 pub mod chat_template;
@@ -22,5 +25,6 @@ pub mod logprobs;
 pub mod model;
 pub mod peft;
 pub mod preset;
+pub mod rl_loss;
 pub mod tokenizer;
 pub mod train_step;

@@ -1,0 +1,339 @@
+//! The prompts of an RFT run, read from an `arc-rec export` file (format `arc`): one prompt per
+//! context (organization, configuration, user turn), with the canonical answers people approved
+//! or rejected there (what the `logged` grader matches) and the accepted recommendations as the
+//! model should write them (the supervised warm-up's targets).
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::completion::canonical_answer;
+use crate::export::Split;
+use crate::export::example::{PromptContext, Recommendation};
+
+/// How often people approved and rejected one canonical answer in one context.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoggedVerdicts {
+    pub approved: u32,
+    pub rejected: u32,
+}
+
+impl LoggedVerdicts {
+    /// Accepted when approvals outnumber rejections (a tie counts as accepted: someone did).
+    pub fn accepted(&self) -> bool {
+        self.approved > 0 && self.approved >= self.rejected
+    }
+}
+
+/// One context the recommender is asked about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RftPrompt {
+    /// `org/config_id/n`, unique in the data set, stable across runs of the same file.
+    pub id: String,
+    pub org: String,
+    pub config_id: String,
+    pub split: Split,
+    /// The user turn (the system prompt is `export::example::SYSTEM_PROMPT`).
+    pub user_turn: String,
+    /// The configuration a recommendation changes.
+    pub current_config: Value,
+    /// Canonical answer → what people decided about it here.
+    pub logged: BTreeMap<String, LoggedVerdicts>,
+    /// Accepted recommendations, as completions (warm-up targets), in file order.
+    pub accepted_completions: Vec<String>,
+}
+
+/// The prompts of a data file, in the order their first example appears.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RftDataset {
+    pub path: PathBuf,
+    pub prompts: Vec<RftPrompt>,
+    /// Example lines read.
+    pub examples: usize,
+}
+
+/// A data file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    #[error("cannot read the data file {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}, line {line}: {message}", path.display())]
+    BadLine {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("the data file {} holds no examples (write one with `arc-rec export --out FILE`)", path.display())]
+    Empty { path: PathBuf },
+}
+
+/// The fields of an `arc`-format export line that RFT reads (the rest is ignored).
+#[derive(Debug, Deserialize)]
+struct ExampleLine {
+    id: String,
+    org: String,
+    config_id: String,
+    split: Split,
+    context: PromptContext,
+    recommendation: Recommendation,
+    outcome: OutcomeLine,
+}
+
+#[derive(Debug, Deserialize)]
+struct OutcomeLine {
+    approval_status: String,
+}
+
+impl RftDataset {
+    /// Reads an `arc-rec export` file (format `arc`).
+    pub fn load(path: &Path) -> Result<Self, DatasetError> {
+        let file = std::fs::File::open(path).map_err(|source| DatasetError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::read(std::io::BufReader::new(file), path)
+    }
+
+    /// Reads export lines from `reader`; `path` names it in errors.
+    pub fn read(reader: impl BufRead, path: &Path) -> Result<Self, DatasetError> {
+        let bad = |line: usize, message: String| DatasetError::BadLine {
+            path: path.to_owned(),
+            line,
+            message,
+        };
+        let mut prompts: Vec<RftPrompt> = Vec::new();
+        // (org, config_id, user turn) → index into `prompts`; the smallest example id decides a
+        // prompt's split, so a context never sits in both.
+        let mut index: BTreeMap<(String, String, String), (usize, String)> = BTreeMap::new();
+        let mut per_config: BTreeMap<(String, String), usize> = BTreeMap::new();
+        let mut examples = 0;
+        for (number, line) in reader.lines().enumerate() {
+            let number = number + 1;
+            let line = line.map_err(|source| DatasetError::Io {
+                path: path.to_owned(),
+                source,
+            })?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let mut deserializer = serde_json::Deserializer::from_str(&line);
+            let example: ExampleLine = serde_path_to_error::deserialize(&mut deserializer)
+                .map_err(|e| {
+                    let field = e.path().to_string();
+                    let hint = if line.contains("\"messages\"") {
+                        " (this looks like a chat-format export; RFT reads `arc-rec export --format arc`)"
+                    } else {
+                        ""
+                    };
+                    if field == "." {
+                        bad(number, format!("{}{hint}", e.inner()))
+                    } else {
+                        bad(number, format!("field `{field}`: {}{hint}", e.inner()))
+                    }
+                })?;
+            let decision = match example.outcome.approval_status.as_str() {
+                "approved" => true,
+                "rejected" => false,
+                other => {
+                    return Err(bad(
+                        number,
+                        format!(
+                            "field `outcome.approval_status`: {other:?} is not approved or rejected"
+                        ),
+                    ));
+                }
+            };
+            if !example.context.current_config.is_object() {
+                return Err(bad(
+                    number,
+                    "field `context.current_config`: must be a JSON object".to_owned(),
+                ));
+            }
+            examples += 1;
+            let user_turn = example.context.user_turn();
+            let key = (
+                example.org.clone(),
+                example.config_id.clone(),
+                user_turn.clone(),
+            );
+            let slot = match index.get_mut(&key) {
+                Some((slot, smallest)) => {
+                    if example.id < *smallest {
+                        *smallest = example.id.clone();
+                        prompts[*slot].split = example.split;
+                    }
+                    *slot
+                }
+                None => {
+                    let n = per_config
+                        .entry((example.org.clone(), example.config_id.clone()))
+                        .or_insert(0);
+                    *n += 1;
+                    prompts.push(RftPrompt {
+                        id: format!("{}/{}/{}", example.org, example.config_id, n),
+                        org: example.org.clone(),
+                        config_id: example.config_id.clone(),
+                        split: example.split,
+                        user_turn,
+                        current_config: example.context.current_config.clone(),
+                        logged: BTreeMap::new(),
+                        accepted_completions: Vec::new(),
+                    });
+                    index.insert(key, (prompts.len() - 1, example.id.clone()));
+                    prompts.len() - 1
+                }
+            };
+            let prompt = &mut prompts[slot];
+            let answer = canonical_answer(&prompt.current_config, &example.recommendation.diff);
+            let verdicts = prompt.logged.entry(answer).or_default();
+            if decision {
+                verdicts.approved += 1;
+                prompt
+                    .accepted_completions
+                    .push(example.recommendation.completion_text());
+            } else {
+                verdicts.rejected += 1;
+            }
+        }
+        if prompts.is_empty() {
+            return Err(DatasetError::Empty {
+                path: path.to_owned(),
+            });
+        }
+        Ok(RftDataset {
+            path: path.to_owned(),
+            prompts,
+            examples,
+        })
+    }
+
+    /// The prompts of one split.
+    pub fn split(&self, split: Split) -> Vec<&RftPrompt> {
+        self.prompts.iter().filter(|p| p.split == split).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn line(id: &str, config: &str, status: &str, diff: Value, split: &str) -> String {
+        json!({
+            "id": id, "org": "acme", "diff_id": id, "config_id": config,
+            "created_at": "2026-06-01T00:00:00Z", "split": split, "cluster": null,
+            "context": {
+                "failure_summary": "3 of 10 runs failed.", "failures": [], "failing_tools": {},
+                "current_config": {"model": "m", "temperature": 0.7},
+                "user_context": {"user_role": "ml_engineer", "domain": "saas"}
+            },
+            "recommendation": {"type": "temperature", "diff": diff, "rationale": "Cooler.",
+                               "llm_generated": false},
+            "outcome": {"approval_status": status, "runs_before": 10, "failed_runs_before": 3,
+                        "reliability_before": 0.7, "cost_per_run_before": null, "runs_after": 0,
+                        "reliability_after": null, "cost_per_run_after": null},
+            "reward": {}
+        })
+        .to_string()
+    }
+
+    fn read(text: &str) -> Result<RftDataset, DatasetError> {
+        RftDataset::read(text.as_bytes(), Path::new("data.jsonl"))
+    }
+
+    #[test]
+    fn examples_of_one_context_make_one_prompt() {
+        let text = [
+            line(
+                "acme/d2",
+                "c1",
+                "approved",
+                json!({"temperature": 0.2}),
+                "validation",
+            ),
+            line(
+                "acme/d1",
+                "c1",
+                "rejected",
+                json!({"temperature": 0.2}),
+                "train",
+            ),
+            line(
+                "acme/d3",
+                "c1",
+                "rejected",
+                json!({"temperature": 1.5}),
+                "train",
+            ),
+            String::new(),
+            line(
+                "acme/d4",
+                "c2",
+                "approved",
+                json!({"temperature": 0.3}),
+                "train",
+            ),
+        ]
+        .join("\n");
+        let data = read(&text).unwrap();
+        assert_eq!(data.examples, 4);
+        assert_eq!(data.prompts.len(), 2);
+        let first = &data.prompts[0];
+        assert_eq!(first.id, "acme/c1/1");
+        // The smallest example id (d1) is in train.
+        assert_eq!(first.split, Split::Train);
+        assert_eq!(
+            first.logged[r#"{"temperature":0.2}"#],
+            LoggedVerdicts {
+                approved: 1,
+                rejected: 1
+            }
+        );
+        assert!(first.logged[r#"{"temperature":0.2}"#].accepted());
+        assert!(!first.logged[r#"{"temperature":1.5}"#].accepted());
+        assert_eq!(first.accepted_completions.len(), 1);
+        assert!(
+            first
+                .user_turn
+                .ends_with("Recommend one configuration change as a JSON object.")
+        );
+        assert_eq!(data.split(Split::Train).len(), 2);
+    }
+
+    #[test]
+    fn bad_files_are_named_with_line_and_field() {
+        let err = read("{\"id\": 1}").unwrap_err().to_string();
+        assert!(err.starts_with("data.jsonl, line 1: field `id`"), "{err}");
+        let chat = r#"{"messages":[{"role":"user","content":"x"}]}"#;
+        let err = read(chat).unwrap_err().to_string();
+        assert!(err.contains("chat-format export"), "{err}");
+        let err = read("not json").unwrap_err().to_string();
+        assert!(err.starts_with("data.jsonl, line 1: "), "{err}");
+        let pending = line(
+            "acme/d1",
+            "c1",
+            "pending",
+            json!({"temperature": 0.2}),
+            "train",
+        );
+        let err = read(&pending).unwrap_err().to_string();
+        assert!(err.contains("outcome.approval_status"), "{err}");
+        let err = read("\n\n").unwrap_err().to_string();
+        assert!(err.contains("holds no examples"), "{err}");
+        let err = RftDataset::load(Path::new("/nonexistent/data.jsonl"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("cannot read the data file /nonexistent/data.jsonl"),
+            "{err}"
+        );
+    }
+}

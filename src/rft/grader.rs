@@ -1,0 +1,332 @@
+//! Graders: the reward of one completion for one prompt, by the platform plan's simple binary
+//! rule (+1 accepted, −1 rejected, −1 for a completion that is not a well-formed
+//! recommendation, optionally +0.1 for a well-formed one).
+//!
+//! - [`Grader::Logged`]: accepted means an exact canonical match with a diff people approved in
+//!   that context; anything else (rejected there, or never proposed) counts as rejected. Logged
+//!   data only grades what someone once proposed.
+//! - [`Grader::World`]: the synthetic world's hidden truth: the configuration owner accepts with
+//!   the world's acceptance probability (drawn per verdict from a seeded stream, so equal answers
+//!   in one group get one verdict), and the verdict carries that probability and the diff's
+//!   true reliability gain, which is how evaluation measures real quality.
+
+use std::collections::HashMap;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::completion::{FormatError, parse_recommendation};
+use super::dataset::RftPrompt;
+use crate::export::rewards::{ACCEPTED, FORMAT_VALID, REJECTED};
+use crate::world::{HiddenState, UserProfile, World, WorldError, WorldParams};
+
+/// Where verdicts come from (`--grader`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum GraderKind {
+    /// Exact (canonical) matches with past approved diffs of the same context.
+    Logged,
+    /// The synthetic world's ground truth (the data must come from that world).
+    World,
+}
+
+/// What a grader says about one completion.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    /// The RL reward.
+    pub reward: f64,
+    /// Whether the completion is a well-formed recommendation.
+    pub format_valid: bool,
+    /// Why not, when it is not ([`FormatError::kind`]).
+    pub format_error: Option<&'static str>,
+    /// The canonical answer (majority voting's key); `None` when not well formed.
+    pub answer: Option<String>,
+    /// Whether the recommendation counts as accepted.
+    pub accepted: bool,
+    /// World only: the true probability that the owner accepts it.
+    pub acceptance_probability: Option<f64>,
+    /// World only: the true change in expected reliability if applied.
+    pub reliability_gain: Option<f64>,
+}
+
+/// A grader that cannot be built for a data set.
+#[derive(Debug, thiserror::Error)]
+pub enum GraderError {
+    #[error("world: {0}")]
+    World(#[from] WorldError),
+    #[error(
+        "--grader world: configuration {config_id} (prompt {prompt}) is not in the world of seed {seed} with {outcomes} outcomes; \
+         give the --world-seed and --world-outcomes the data was simulated with, or use --grader logged"
+    )]
+    UnknownConfig {
+        prompt: String,
+        config_id: String,
+        seed: u64,
+        outcomes: usize,
+    },
+}
+
+/// The owner and hidden circumstances of one configuration.
+#[derive(Debug, Clone)]
+struct ConfigTruth {
+    user: UserProfile,
+    hidden: HiddenState,
+}
+
+/// Grades completions.
+#[derive(Debug, Clone)]
+pub struct Grader {
+    /// +0.1 for a well-formed recommendation.
+    format_bonus: bool,
+    source: Source,
+}
+
+#[derive(Debug, Clone)]
+enum Source {
+    Logged,
+    /// `config_id` → its truth.
+    World(HashMap<String, ConfigTruth>),
+}
+
+impl Grader {
+    /// The logged-data grader.
+    pub fn logged(format_bonus: bool) -> Self {
+        Grader {
+            format_bonus,
+            source: Source::Logged,
+        }
+    }
+
+    /// The world grader for `prompts`, whose configurations must all be in the world `params`
+    /// draws.
+    pub fn world<'a>(
+        params: WorldParams,
+        prompts: impl IntoIterator<Item = &'a RftPrompt>,
+        format_bonus: bool,
+    ) -> Result<Self, GraderError> {
+        let (seed, outcomes) = (params.seed, params.outcomes);
+        let world = World::new(params)?;
+        let truths: HashMap<String, ConfigTruth> = world
+            .config_truths()
+            .map(|t| {
+                (
+                    t.config_id,
+                    ConfigTruth {
+                        user: t.user,
+                        hidden: t.hidden,
+                    },
+                )
+            })
+            .collect();
+        for prompt in prompts {
+            if !truths.contains_key(&prompt.config_id) {
+                return Err(GraderError::UnknownConfig {
+                    prompt: prompt.id.clone(),
+                    config_id: prompt.config_id.clone(),
+                    seed,
+                    outcomes,
+                });
+            }
+        }
+        Ok(Grader {
+            format_bonus,
+            source: Source::World(truths),
+        })
+    }
+
+    pub fn kind(&self) -> GraderKind {
+        match self.source {
+            Source::Logged => GraderKind::Logged,
+            Source::World(_) => GraderKind::World,
+        }
+    }
+
+    /// Grades `completion` for `prompt`. `draw` keys the world's acceptance draw (the trainer
+    /// passes its seed and step): the same key, prompt and answer give the same verdict.
+    pub fn grade(&self, prompt: &RftPrompt, completion: &str, draw: u64) -> Verdict {
+        let parsed = match parse_recommendation(completion, &prompt.current_config) {
+            Ok(parsed) => parsed,
+            Err(err) => return invalid(&err),
+        };
+        let (accepted, acceptance_probability, reliability_gain) = match &self.source {
+            Source::Logged => (
+                prompt
+                    .logged
+                    .get(&parsed.canonical)
+                    .is_some_and(|v| v.accepted()),
+                None,
+                None,
+            ),
+            Source::World(truths) => match truths.get(&prompt.config_id) {
+                Some(truth) => {
+                    let ground = crate::world::GroundTruth;
+                    let probability = ground.acceptance_probability(
+                        &truth.user,
+                        &truth.hidden,
+                        &prompt.current_config,
+                        &parsed.diff,
+                    );
+                    let effect = ground.effect(&truth.hidden, &prompt.current_config, &parsed.diff);
+                    let u: f64 = verdict_rng(draw, &prompt.id, &parsed.canonical).random();
+                    (
+                        u < probability,
+                        Some(probability),
+                        Some(effect.reliability_delta),
+                    )
+                }
+                // `Grader::world` checked its prompts; one it never saw gets no credit.
+                None => (false, None, None),
+            },
+        };
+        let base = if accepted { ACCEPTED } else { REJECTED };
+        Verdict {
+            reward: base + if self.format_bonus { FORMAT_VALID } else { 0.0 },
+            format_valid: true,
+            format_error: None,
+            answer: Some(parsed.canonical),
+            accepted,
+            acceptance_probability,
+            reliability_gain,
+        }
+    }
+}
+
+fn invalid(err: &FormatError) -> Verdict {
+    Verdict {
+        reward: REJECTED,
+        format_valid: false,
+        format_error: Some(err.kind()),
+        answer: None,
+        accepted: false,
+        acceptance_probability: None,
+        reliability_gain: None,
+    }
+}
+
+/// A generator seeded by (key, prompt, answer), so a verdict depends on nothing else.
+fn verdict_rng(draw: u64, prompt: &str, answer: &str) -> ChaCha8Rng {
+    let digest = Sha256::new()
+        .chain_update(draw.to_le_bytes())
+        .chain_update(prompt.as_bytes())
+        .chain_update([0])
+        .chain_update(answer.as_bytes())
+        .finalize();
+    let mut seed = [0u8; 32];
+    seed.copy_from_slice(&digest);
+    ChaCha8Rng::from_seed(seed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::export::Split;
+    use crate::rft::dataset::LoggedVerdicts;
+
+    fn prompt(config_id: &str, current: Value) -> RftPrompt {
+        let mut logged = BTreeMap::new();
+        logged.insert(
+            r#"{"retry":{"max_attempts":3}}"#.to_owned(),
+            LoggedVerdicts {
+                approved: 2,
+                rejected: 0,
+            },
+        );
+        logged.insert(
+            r#"{"temperature":1.5}"#.to_owned(),
+            LoggedVerdicts {
+                approved: 0,
+                rejected: 1,
+            },
+        );
+        RftPrompt {
+            id: format!("acme/{config_id}/1"),
+            org: "acme".into(),
+            config_id: config_id.into(),
+            split: Split::Train,
+            user_turn: "x".into(),
+            current_config: current,
+            logged,
+            accepted_completions: Vec::new(),
+        }
+    }
+
+    fn config() -> Value {
+        json!({"model": "openai/gpt-4o-mini", "temperature": 0.7, "retry": {"max_attempts": 1}})
+    }
+
+    #[test]
+    fn logged_grader_rewards_approved_matches_only() {
+        let grader = Grader::logged(false);
+        let p = prompt("c1", config());
+        let approved =
+            r#"{"type":"retry_policy","diff":{"retry":{"max_attempts":3}},"rationale":"Retry."}"#;
+        let verdict = grader.grade(&p, approved, 0);
+        assert_eq!(verdict.reward, 1.0);
+        assert!(verdict.accepted && verdict.format_valid);
+        let rejected = r#"{"type":"temperature","diff":{"temperature":1.5},"rationale":"Hotter."}"#;
+        assert_eq!(grader.grade(&p, rejected, 0).reward, -1.0);
+        let unseen = r#"{"type":"temperature","diff":{"temperature":0.2},"rationale":"Cooler."}"#;
+        let verdict = grader.grade(&p, unseen, 0);
+        assert_eq!((verdict.reward, verdict.format_valid), (-1.0, true));
+        let garbage = grader.grade(&p, "{\"type\": \"retry", 0);
+        assert_eq!(garbage.reward, -1.0);
+        assert_eq!(garbage.format_error, Some("not_json"));
+        assert_eq!(garbage.answer, None);
+    }
+
+    #[test]
+    fn the_format_bonus_goes_to_well_formed_completions_only() {
+        let grader = Grader::logged(true);
+        let p = prompt("c1", config());
+        let unseen = r#"{"type":"temperature","diff":{"temperature":0.2},"rationale":"Cooler."}"#;
+        assert!((grader.grade(&p, unseen, 0).reward - (-0.9)).abs() < 1e-12);
+        assert_eq!(grader.grade(&p, "nonsense", 0).reward, -1.0);
+        let approved =
+            r#"{"type":"retry_policy","diff":{"retry":{"max_attempts":3}},"rationale":"Retry."}"#;
+        assert!((grader.grade(&p, approved, 0).reward - 1.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn world_grader_uses_the_hidden_truth() {
+        let params = WorldParams {
+            seed: 3,
+            outcomes: 400,
+            ..WorldParams::default()
+        };
+        let world = World::new(params.clone()).unwrap();
+        let truth = world.config_truths().next().unwrap();
+        let p = prompt(&truth.config_id, truth.initial_config.clone());
+        let grader = Grader::world(params.clone(), [&p], false).unwrap();
+        let completion = r#"{"type":"retry_policy","diff":{"retry":{"max_attempts":3,"backoff_s":2}},"rationale":"Retry."}"#;
+        let verdict = grader.grade(&p, completion, 7);
+        let probability = verdict.acceptance_probability.unwrap();
+        assert!((0.01..=0.82).contains(&probability), "{probability}");
+        assert!(verdict.reliability_gain.is_some());
+        assert_eq!(verdict.reward, if verdict.accepted { 1.0 } else { -1.0 });
+        // Deterministic per key; over many keys the acceptance rate is the probability.
+        assert_eq!(grader.grade(&p, completion, 7), verdict);
+        let accepted = (0..4000)
+            .filter(|&key| grader.grade(&p, completion, key).accepted)
+            .count() as f64
+            / 4000.0;
+        assert!(
+            (accepted - probability).abs() < 0.03,
+            "{accepted} vs {probability}"
+        );
+
+        let stranger = prompt("not-a-config", config());
+        let err = Grader::world(params, [&stranger], false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("not-a-config") && err.contains("--world-seed"),
+            "{err}"
+        );
+    }
+}

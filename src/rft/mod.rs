@@ -1,0 +1,12 @@
+//! Reinforcement fine-tuning of the recommender, the parts that need no libtorch: the prompts of
+//! a run read from an export file ([`dataset`]), a completion read as a recommendation with its
+//! canonical answer ([`completion`]), and the graders that turn a completion into a reward
+//! ([`grader`]). The advantages are the `objectives` crate's; the model side is `trainer`'s.
+
+pub mod completion;
+pub mod dataset;
+pub mod grader;
+
+pub use completion::{FormatError, ParsedRecommendation, canonical_answer, parse_recommendation};
+pub use dataset::{DatasetError, LoggedVerdicts, RftDataset, RftPrompt};
+pub use grader::{Grader, GraderError, GraderKind, Verdict};
