@@ -213,6 +213,20 @@ mod tests {
         (logprobs, mask, sampling, advantages)
     }
 
+    /// The inputs of [`batch`]'s two prompts.
+    fn two_prompts<'a>(
+        advantages: &'a Tensor,
+        sampling: &'a Tensor,
+        reference: Option<&'a Tensor>,
+    ) -> PolicyLossInputs<'a> {
+        PolicyLossInputs {
+            advantages,
+            sampling_logprobs: sampling,
+            reference_logprobs: reference,
+            prompts: 2,
+        }
+    }
+
     fn grad_of(loss: &Tensor, of: &Tensor) -> Vec<f32> {
         loss.backward();
         Vec::<f32>::try_from(of.grad().reshape([-1])).unwrap()
@@ -221,12 +235,7 @@ mod tests {
     #[test]
     fn on_policy_gradient_is_the_advantage_weighted_sequence_log_prob_gradient() {
         let (logprobs, mask, sampling, advantages) = batch();
-        let inputs = PolicyLossInputs {
-            advantages: &advantages,
-            sampling_logprobs: &sampling,
-            reference_logprobs: None,
-            prompts: 2,
-        };
+        let inputs = two_prompts(&advantages, &sampling, None);
         for clip in [None, Some(0.2)] {
             let config = PolicyLossConfig {
                 clip_epsilon: clip,
@@ -260,12 +269,7 @@ mod tests {
         let moved = logprobs.detach().copy();
         let _ = moved.get(0).get(3).fill_(0.5);
         let leaf = moved.set_requires_grad(true);
-        let inputs = PolicyLossInputs {
-            advantages: &advantages,
-            sampling_logprobs: &sampling,
-            reference_logprobs: None,
-            prompts: 2,
-        };
+        let inputs = two_prompts(&advantages, &sampling, None);
         let config = PolicyLossConfig {
             clip_epsilon: Some(0.2),
             ..PolicyLossConfig::default()
@@ -282,12 +286,7 @@ mod tests {
         let (logprobs, mask, sampling, _) = batch();
         let zero = Tensor::zeros([3], (Kind::Float, tch::Device::Cpu));
         let reference = logprobs.detach() - 0.1;
-        let inputs = PolicyLossInputs {
-            advantages: &zero,
-            sampling_logprobs: &sampling,
-            reference_logprobs: Some(&reference),
-            prompts: 2,
-        };
+        let inputs = two_prompts(&zero, &sampling, Some(&reference));
         let config = PolicyLossConfig {
             kl_coef: 0.5,
             ..PolicyLossConfig::default()
@@ -307,12 +306,7 @@ mod tests {
     #[test]
     fn token_aggregation_divides_by_tokens() {
         let (logprobs, mask, sampling, advantages) = batch();
-        let inputs = PolicyLossInputs {
-            advantages: &advantages,
-            sampling_logprobs: &sampling,
-            reference_logprobs: None,
-            prompts: 2,
-        };
+        let inputs = two_prompts(&advantages, &sampling, None);
         let config = PolicyLossConfig {
             aggregation: Aggregation::Token,
             ..PolicyLossConfig::default()
@@ -326,23 +320,13 @@ mod tests {
     fn mismatched_inputs_are_errors() {
         let (logprobs, mask, sampling, _) = batch();
         let short = Tensor::from_slice(&[1.0f32]);
-        let inputs = PolicyLossInputs {
-            advantages: &short,
-            sampling_logprobs: &sampling,
-            reference_logprobs: None,
-            prompts: 2,
-        };
+        let inputs = two_prompts(&short, &sampling, None);
         let err = policy_loss(&logprobs, &mask, &inputs, &PolicyLossConfig::default())
             .unwrap_err()
             .to_string();
         assert!(err.contains("3 completions"), "{err}");
         let advantages = Tensor::from_slice(&[0.0f32, 0.0, 0.0]);
-        let inputs = PolicyLossInputs {
-            advantages: &advantages,
-            sampling_logprobs: &sampling,
-            reference_logprobs: None,
-            prompts: 2,
-        };
+        let inputs = two_prompts(&advantages, &sampling, None);
         let config = PolicyLossConfig {
             kl_coef: 0.1,
             ..PolicyLossConfig::default()
