@@ -131,7 +131,9 @@ fn print_tables(config: &BanditConfig, curves: &[Curve], findings: &Findings, ta
         }
     }
     println!();
-    println!("pass@{k} at equal KL (interpolated between recorded steps; - = never reached)");
+    println!(
+        "pass@{k} at equal KL (read off every step, interpolated between consecutive ones; - = never reached)"
+    );
     println!("{}", header("KL"));
     for level in &findings.equal_kl {
         let mut line = format!("{:>8.2}", level.kl);
