@@ -59,6 +59,10 @@ pub enum Command {
     #[cfg(feature = "rft")]
     #[command(subcommand)]
     Model(crate::commands::model::ModelCommand),
+    /// Reinforcement fine-tune the recommender: warm-up on accepted recommendations, then
+    /// pass@k-aware policy-gradient steps (resumable run directory).
+    #[cfg(feature = "rft")]
+    Train(crate::commands::train::TrainArgs),
 }
 
 /// `arc-rec db ...`.

@@ -18,4 +18,6 @@ pub mod progress;
 pub mod recommend;
 pub mod rft;
 pub mod storage;
+#[cfg(feature = "rft")]
+pub mod training;
 pub mod world;

@@ -67,6 +67,10 @@ async fn run_command(cli: &Cli, metrics: &telemetry::Metrics) -> anyhow::Result<
         }
         #[cfg(feature = "rft")]
         Command::Model(model) => return commands::model::run(model),
+        // Opens the database itself, only around the training (and not with --no-record); its
+        // checkpoints make an interrupt safe, so Ctrl-C keeps its default meaning.
+        #[cfg(feature = "rft")]
+        Command::Train(args) => return commands::train::run(args, &cli.database).await,
         _ => {}
     }
     let database = commands::open_database(&cli.database).await?;
@@ -130,6 +134,6 @@ async fn dispatch(
         // These are run by `run_command` itself (no database, or their own signal handling).
         Command::Serve(_) | Command::Db(_) => anyhow::bail!("not dispatched here"),
         #[cfg(feature = "rft")]
-        Command::Model(_) => anyhow::bail!("not dispatched here"),
+        Command::Model(_) | Command::Train(_) => anyhow::bail!("not dispatched here"),
     }
 }

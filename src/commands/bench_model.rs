@@ -19,7 +19,9 @@ use trainer::bench_model::{
     random_model, random_prompt, run_reference_bench, seed_torch, train_step_throughput,
     use_torch_threads,
 };
-use trainer::device::{DeviceRequest, Runtime};
+use trainer::device::Runtime;
+
+pub use crate::training::DeviceChoice;
 use trainer::model::{CausalLm, LoraConfig};
 
 /// The goal of every phase: at least as many tokens/s as PyTorch.
@@ -41,17 +43,6 @@ pub enum ModelShape {
     #[value(name = "qwen2.5-7b")]
     #[serde(rename = "qwen2.5-7b")]
     Qwen2_5_7b,
-}
-
-/// `--device`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DeviceChoice {
-    /// CUDA when libtorch sees a device, else the CPU.
-    Auto,
-    /// The CPU (f32).
-    Cpu,
-    /// CUDA device 0 (bf16).
-    Cuda,
 }
 
 /// Arguments of `arc-rec bench model`.
@@ -239,12 +230,7 @@ impl Sizes {
 /// Runs `arc-rec bench model`.
 pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
     let threads = use_torch_threads(args.threads);
-    let request = match args.device {
-        DeviceChoice::Auto => DeviceRequest::Auto,
-        DeviceChoice::Cpu => DeviceRequest::Cpu,
-        DeviceChoice::Cuda => DeviceRequest::Cuda,
-    };
-    let runtime = Runtime::select(request)?;
+    let runtime = Runtime::select(args.device.request())?;
     if args.checkpoint.is_none()
         && args.shape == ModelShape::Qwen2_5_7b
         && !runtime.device.is_cuda()

@@ -15,6 +15,8 @@ pub mod load;
 pub mod model;
 pub mod serve;
 pub mod simulate;
+#[cfg(feature = "rft")]
+pub mod train;
 
 use anyhow::Context;
 

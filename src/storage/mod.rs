@@ -9,6 +9,7 @@ pub mod decisions;
 pub mod embedded;
 pub mod export_rows;
 pub mod record_writer;
+pub mod training_runs;
 pub mod writeback_pacer;
 
 use std::path::PathBuf;

@@ -4,10 +4,13 @@
 //! - [`model`]: the Qwen2/Llama decoder read from Hugging Face checkpoints, LoRA-capable linear
 //!   layers and the KV cache.
 //! - [`generate`]: k samples per prompt over one prefill, with the sampled tokens' log-probs.
-//! - [`logprobs`], [`train_step`]: chunked token log-probs and the LoRA AdamW step.
+//! - [`logprobs`], [`train_step`], [`adamw`]: chunked token log-probs and the LoRA AdamW step,
+//!   with optimizer state that checkpoints and resumes exactly.
 //! - [`rl_loss`]: the policy-gradient loss over sampled completions (per-sequence aggregation,
 //!   optional PPO clipping and k3 KL to the adapters-off reference).
 //! - [`peft`]: adapters in PEFT's on-disk format, merging them into the base weights.
+//! - [`chat_policy`]: a chat checkpoint (model, tokenizer, template) as the RL loop uses it, and
+//!   packing prompt + completion sequences into a batch.
 //! - [`tokenizer`], [`chat_template`], [`generation_config`]: a checkpoint's text side, as
 //!   transformers reads it.
 //! - [`preset`]: the random-initialised `tiny` checkpoint with its own trained tokenizer.
@@ -16,7 +19,12 @@
 //! The pass@k-aware RL loop builds on these; its advantages come from the `objectives` crate and
 //! its graders from the root crate's `rft` module.
 
+/// The libtorch bindings this crate is built on, for callers that handle its tensors.
+pub use tch;
+
+pub mod adamw;
 pub mod bench_model;
+pub mod chat_policy;
 pub mod chat_template;
 pub mod device;
 pub mod generate;

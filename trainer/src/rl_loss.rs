@@ -49,7 +49,8 @@ pub struct PolicyLossInputs<'a> {
     pub advantages: &'a Tensor,
     /// `[b, t − 1]` f32: the log-probs the completions were sampled with (0 off the mask).
     pub sampling_logprobs: &'a Tensor,
-    /// `[b, t − 1]` f32: the reference policy's log-probs; required when `kl_coef > 0`.
+    /// `[b, t − 1]` f32: the reference policy's log-probs; required when `kl_coef > 0`, and
+    /// measured (KL statistic only) when given with `kl_coef = 0`.
     pub reference_logprobs: Option<&'a Tensor>,
     /// Prompts the batch covers (the `P` above).
     pub prompts: i64,
@@ -107,14 +108,14 @@ pub fn policy_loss(
                 "a KL penalty needs the reference log-probs".into(),
             ));
         }
-        (true, Some(reference)) if reference.size() != size => {
+        (_, Some(reference)) if reference.size() != size => {
             return Err(TrainError::Batch(format!(
                 "reference log-probs of shape {:?} for log-probs of shape {size:?}",
                 reference.size()
             )));
         }
-        (true, reference) => reference,
-        (false, _) => None,
+        // Without a penalty a given reference still yields the KL statistic.
+        (_, reference) => reference,
     };
     let mask = mask.f_to_kind(Kind::Float)?;
     let advantages = inputs.advantages.f_to_kind(Kind::Float)?.f_unsqueeze(1)?;
@@ -152,8 +153,12 @@ pub fn policy_loss(
                     .f_div(&tokens.f_clamp_min(1.0)?)?
                     .f_double_value(&[])?)
             })?;
-            let penalty = aggregate(&k3)?.f_mul_scalar(config.kl_coef)?;
-            (policy.f_add(&penalty)?, kl_mean)
+            if config.kl_coef > 0.0 {
+                let penalty = aggregate(&k3)?.f_mul_scalar(config.kl_coef)?;
+                (policy.f_add(&penalty)?, kl_mean)
+            } else {
+                (policy.shallow_clone(), kl_mean)
+            }
         }
         None => (policy.shallow_clone(), 0.0),
     };

@@ -8,9 +8,11 @@
 //! loss the trainer supports is a function of per-token log-probs (supervised NLL now, the RL
 //! objectives later), so this costs one extra LM-head forward and saves `n × vocab × 4` bytes.
 
-use tch::nn::{self, OptimizerConfig};
+use std::path::Path;
+
 use tch::{Kind, TchError, Tensor};
 
+use crate::adamw::{AdamW, AdamWParams, OptimizerStateError};
 use crate::logprobs::{DEFAULT_CHUNK_TOKENS, ScoredTokens, head_logprobs};
 use crate::model::{CausalLm, ModelError};
 
@@ -32,6 +34,9 @@ pub enum TrainError {
     /// The batch scores no token or the loss is unusable.
     #[error("training batch: {0}")]
     Batch(String),
+    /// Optimizer or adapter state could not be saved or restored.
+    #[error(transparent)]
+    State(#[from] OptimizerStateError),
     /// The loss or the gradient norm is NaN or infinite; the step was not applied.
     #[error("non-finite {what} ({value}); the optimizer step was skipped")]
     NonFinite {
@@ -139,12 +144,16 @@ pub struct StepStats {
     pub tokens: i64,
 }
 
+/// File of [`LoraTrainer::save_state`] holding the adapters' values.
+pub const ADAPTER_STATE_FILE: &str = "adapters.safetensors";
+/// File of [`LoraTrainer::save_state`] holding AdamW's moments and step count.
+pub const OPTIMIZER_STATE_FILE: &str = "optimizer.safetensors";
+
 /// AdamW over a model's LoRA adapters.
 #[derive(Debug)]
 pub struct LoraTrainer {
-    optimizer: nn::Optimizer,
-    /// The optimizer's variables (the adapters), for gradient norms.
-    trainable: Vec<Tensor>,
+    /// Over the adapters, by variable name (sorted), so its state can be saved and restored.
+    optimizer: AdamW,
     config: TrainerConfig,
 }
 
@@ -154,7 +163,12 @@ impl LoraTrainer {
     pub fn new(model: &CausalLm, config: TrainerConfig) -> Result<Self, TrainError> {
         config.validate()?;
         let store = model.var_store();
-        let trainable = store.trainable_variables();
+        let mut trainable: Vec<(String, Tensor)> = store
+            .variables()
+            .into_iter()
+            .filter(|(_, tensor)| tensor.requires_grad())
+            .collect();
+        trainable.sort_by(|a, b| a.0.cmp(&b.0));
         if trainable.is_empty() {
             return Err(TrainError::Trainable(
                 "the model has no trainable variables; attach LoRA adapters first".into(),
@@ -174,19 +188,78 @@ impl LoraTrainer {
                 trainable.len()
             )));
         }
-        let optimizer = nn::AdamW {
-            beta1: config.beta1,
-            beta2: config.beta2,
-            wd: config.weight_decay,
-            eps: config.eps,
-            amsgrad: false,
-        }
-        .build(store, config.learning_rate)?;
-        Ok(Self {
-            optimizer,
+        let optimizer = AdamW::new(
             trainable,
-            config,
-        })
+            AdamWParams {
+                learning_rate: config.learning_rate,
+                beta1: config.beta1,
+                beta2: config.beta2,
+                eps: config.eps,
+                weight_decay: config.weight_decay,
+            },
+        )?;
+        Ok(Self { optimizer, config })
+    }
+
+    /// Optimizer updates applied so far.
+    pub fn steps(&self) -> i64 {
+        self.optimizer.steps()
+    }
+
+    /// Writes the adapters' values ([`ADAPTER_STATE_FILE`]) and AdamW's state
+    /// ([`OPTIMIZER_STATE_FILE`]) into `dir`, exactly (no dtype conversion), for resuming.
+    pub fn save_state(&self, model: &CausalLm, dir: &Path) -> Result<(), TrainError> {
+        let adapters = self.named_adapters(model);
+        Tensor::write_safetensors(&adapters, dir.join(ADAPTER_STATE_FILE))?;
+        self.optimizer.save(&dir.join(OPTIMIZER_STATE_FILE))?;
+        Ok(())
+    }
+
+    /// Restores what [`Self::save_state`] wrote into the model's adapters and the optimizer.
+    pub fn load_state(&mut self, model: &CausalLm, dir: &Path) -> Result<(), TrainError> {
+        let path = dir.join(ADAPTER_STATE_FILE);
+        let stored: std::collections::HashMap<String, Tensor> =
+            Tensor::read_safetensors(&path)?.into_iter().collect();
+        let adapters = self.named_adapters(model);
+        if stored.len() != adapters.len() {
+            return Err(TrainError::Trainable(format!(
+                "{} holds {} tensors but the model has {} adapters",
+                path.display(),
+                stored.len(),
+                adapters.len()
+            )));
+        }
+        tch::no_grad(|| {
+            for (name, tensor) in &adapters {
+                let value = stored.get(name).ok_or_else(|| {
+                    TrainError::Trainable(format!("{} has no {name}", path.display()))
+                })?;
+                if value.size() != tensor.size() {
+                    return Err(TrainError::Trainable(format!(
+                        "{} has {name} of shape {:?}, the model {:?}",
+                        path.display(),
+                        value.size(),
+                        tensor.size()
+                    )));
+                }
+                tensor.shallow_clone().f_copy_(value)?;
+            }
+            Ok(())
+        })?;
+        self.optimizer.load(&dir.join(OPTIMIZER_STATE_FILE))?;
+        Ok(())
+    }
+
+    /// The optimizer's parameters by name.
+    fn named_adapters(&self, model: &CausalLm) -> Vec<(String, Tensor)> {
+        let mut adapters: Vec<(String, Tensor)> = model
+            .var_store()
+            .variables()
+            .into_iter()
+            .filter(|(_, tensor)| tensor.requires_grad())
+            .collect();
+        adapters.sort_by(|a, b| a.0.cmp(&b.0));
+        adapters
     }
 
     /// The settings.
@@ -201,14 +274,14 @@ impl LoraTrainer {
                 "learning_rate must be positive and finite, got {learning_rate}"
             )));
         }
-        self.optimizer.set_lr(learning_rate);
+        self.optimizer.set_learning_rate(learning_rate);
         self.config.learning_rate = learning_rate;
         Ok(())
     }
 
     /// How many values the optimizer updates.
     pub fn trainable_parameters(&self) -> i64 {
-        self.trainable.iter().map(Tensor::numel).sum::<usize>() as i64
+        self.optimizer.params().map(Tensor::numel).sum::<usize>() as i64
     }
 
     /// Supervised fine-tuning step: the mean negative log-likelihood of the scored tokens.
@@ -263,7 +336,7 @@ impl LoraTrainer {
                 value: grad_norm,
             });
         }
-        self.optimizer.step();
+        self.optimizer.step()?;
         Ok(StepStats {
             loss,
             grad_norm,
@@ -275,8 +348,8 @@ impl LoraTrainer {
     /// every gradient by `max / (norm + 1e-6)` as `torch.nn.utils.clip_grad_norm_` does.
     fn clip_gradients(&self) -> Result<f64, TrainError> {
         let grads: Vec<Tensor> = self
-            .trainable
-            .iter()
+            .optimizer
+            .params()
             .map(Tensor::grad)
             .filter(Tensor::defined)
             .collect();

@@ -1,0 +1,448 @@
+//! `arc-rec train`: reinforcement fine-tuning of the recommender from an export file: a
+//! supervised warm-up on accepted recommendations, then pass@k-aware policy-gradient steps, into a
+//! run directory that `--resume` continues exactly after a crash. Records the run in
+//! `training_runs` / `model_versions` unless `--no-record`.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::ProgressBar;
+use serde_json::{Value, json};
+
+use objectives::Objective;
+
+use crate::cli::DatabaseArgs;
+use crate::rft::{GraderKind, RftDataset};
+use crate::storage::training_runs::{self, RunStatus};
+use crate::training::{
+    DeviceChoice, FaultHooks, LrSchedule, MetricsLine, Observer, RunDir, StepMetrics,
+    TrainSettings, read_metrics,
+};
+
+/// Where the run's id is kept (the `training_runs.run_id` and `model_versions.model_version_id`).
+const RUN_ID_FILE: &str = "run_id";
+/// Hidden fault injection for the crash tests: SIGKILL while writing this step's checkpoint.
+const KILL_IN_CHECKPOINT_ENV: &str = "ARC_REC_TEST_KILL_IN_CHECKPOINT";
+/// Hidden fault injection for the rollback test: a NaN loss at this step.
+const NAN_LOSS_ENV: &str = "ARC_REC_TEST_NAN_LOSS_AT";
+
+/// Arguments of `arc-rec train`. The defaults suit the tiny preset on a CPU.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Continue the run in this directory from its last checkpoint, with its recorded settings
+    /// (every other option is ignored).
+    #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["data", "model", "out"])]
+    pub resume: Option<PathBuf>,
+    /// Training examples in arc format (`arc-rec export --out FILE`).
+    #[arg(long, required_unless_present = "resume")]
+    pub data: Option<PathBuf>,
+    /// Base checkpoint directory (Hugging Face layout; `arc-rec model init` writes one).
+    #[arg(long, required_unless_present = "resume")]
+    pub model: Option<PathBuf>,
+    /// Run directory to create (must not exist or be empty).
+    #[arg(long, required_unless_present = "resume")]
+    pub out: Option<PathBuf>,
+    /// What the advantages optimise: mean (RLOO), pass@k, biased-pass@k or majority (maj@k).
+    #[arg(long, default_value = "pass@k", value_parser = parse_objective)]
+    pub objective: Objective,
+    /// k of pass@k and maj@k (≥ 2).
+    #[arg(long, default_value_t = 4)]
+    pub k: usize,
+    /// Samples per prompt (≥ k; n > k uses PKPO's estimator).
+    #[arg(long, default_value_t = 8)]
+    pub n: usize,
+    /// Prompts per RL step.
+    #[arg(long, default_value_t = 4)]
+    pub prompts_per_step: usize,
+    /// RL steps.
+    #[arg(long, default_value_t = 60)]
+    pub steps: u64,
+    /// Supervised warm-up steps on accepted recommendations before RL.
+    #[arg(long, default_value_t = 150)]
+    pub sft_steps: u64,
+    /// Examples per warm-up step.
+    #[arg(long, default_value_t = 16)]
+    pub sft_batch: usize,
+    /// Where rewards come from: logged verdicts or the synthetic world's ground truth.
+    #[arg(long, value_enum, default_value_t = GraderKind::World)]
+    pub grader: GraderKind,
+    /// Seed of the synthetic world the data came from (`--grader world`).
+    #[arg(long, default_value_t = 1)]
+    pub world_seed: u64,
+    /// Outcomes of that world (`arc-rec simulate --outcomes`).
+    #[arg(long, default_value_t = crate::world::WorldParams::default().outcomes)]
+    pub world_outcomes: usize,
+    /// Leave out the +0.1 reward for a well-formed recommendation.
+    #[arg(long)]
+    pub no_format_bonus: bool,
+    /// Seeds data order, sampling, verdict draws and tie-breaks.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Peak learning rate of the RL phase.
+    #[arg(long, default_value_t = 2e-3)]
+    pub learning_rate: f64,
+    /// Peak learning rate of the warm-up.
+    #[arg(long, default_value_t = 5e-3)]
+    pub sft_learning_rate: f64,
+    #[arg(long, value_enum, default_value_t = LrSchedule::Cosine)]
+    pub lr_schedule: LrSchedule,
+    /// Linear warm-up steps of each phase's learning rate.
+    #[arg(long, default_value_t = 5)]
+    pub lr_warmup_steps: u64,
+    /// Clip the adapters' gradient norm to this.
+    #[arg(long, default_value_t = 1.0)]
+    pub max_grad_norm: f64,
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f64,
+    /// LoRA rank.
+    #[arg(long, default_value_t = 16)]
+    pub lora_r: i64,
+    #[arg(long, default_value_t = 32.0)]
+    pub lora_alpha: f64,
+    #[arg(long, default_value_t = 0.0)]
+    pub lora_dropout: f64,
+    /// Most tokens per sampled completion.
+    #[arg(long, default_value_t = 96)]
+    pub max_new_tokens: usize,
+    /// Sampling temperature of the RL samples.
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f64,
+    /// PPO clipping ε against the sampling policy.
+    #[arg(long, default_value_t = 0.2)]
+    pub clip_epsilon: f64,
+    /// Plain policy gradient without the clipped surrogate.
+    #[arg(long)]
+    pub no_clip: bool,
+    /// β of the k3 KL penalty to the base model (adapters off).
+    #[arg(long, default_value_t = 0.0)]
+    pub kl_coef: f64,
+    /// Keep groups whose advantages are all zero in the update (they add nothing but cost).
+    #[arg(long)]
+    pub keep_zero_advantage_groups: bool,
+    /// Checkpoint every this many steps (and at the end of each phase).
+    #[arg(long, default_value_t = 10)]
+    pub checkpoint_every: u64,
+    /// KL per token to the base model above which a step counts as a blow-up and rolls back.
+    #[arg(long, default_value_t = 2.0)]
+    pub max_kl: f64,
+    /// Rollbacks before the run gives up.
+    #[arg(long, default_value_t = 3)]
+    pub max_rollbacks: u32,
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
+    /// Do not record the run in the database (`training_runs`, `model_versions`).
+    #[arg(long)]
+    pub no_record: bool,
+}
+
+fn parse_objective(text: &str) -> Result<Objective, String> {
+    text.parse::<Objective>().map_err(|e| e.to_string())
+}
+
+impl TrainArgs {
+    fn settings(&self) -> Option<TrainSettings> {
+        Some(TrainSettings {
+            data: self.data.clone()?,
+            model: self.model.clone()?,
+            objective: self.objective,
+            k: self.k,
+            n: self.n,
+            prompts_per_step: self.prompts_per_step,
+            steps: self.steps,
+            sft_steps: self.sft_steps,
+            sft_batch: self.sft_batch,
+            grader: self.grader,
+            world_seed: self.world_seed,
+            world_outcomes: self.world_outcomes,
+            format_bonus: !self.no_format_bonus,
+            seed: self.seed,
+            learning_rate: self.learning_rate,
+            sft_learning_rate: self.sft_learning_rate,
+            lr_schedule: self.lr_schedule,
+            lr_warmup_steps: self.lr_warmup_steps,
+            max_grad_norm: self.max_grad_norm,
+            weight_decay: self.weight_decay,
+            lora_r: self.lora_r,
+            lora_alpha: self.lora_alpha,
+            lora_dropout: self.lora_dropout,
+            max_new_tokens: self.max_new_tokens,
+            temperature: self.temperature,
+            clip_epsilon: (!self.no_clip).then_some(self.clip_epsilon),
+            kl_coef: self.kl_coef,
+            skip_zero_advantage_groups: !self.keep_zero_advantage_groups,
+            checkpoint_every: self.checkpoint_every,
+            max_kl: self.max_kl,
+            max_rollbacks: self.max_rollbacks,
+            device: self.device,
+        })
+    }
+}
+
+/// Runs `arc-rec train`.
+pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()> {
+    let (run, settings, start, run_id) = match &args.resume {
+        Some(dir) => {
+            let (run, settings, start) = RunDir::resume(dir)?;
+            let run_id = std::fs::read_to_string(dir.join(RUN_ID_FILE))
+                .with_context(|| format!("--resume {}: no {RUN_ID_FILE} file", dir.display()))?
+                .trim()
+                .to_owned();
+            (run, settings, start, run_id)
+        }
+        None => {
+            let settings = args
+                .settings()
+                .context("--data, --model and --out are required")?;
+            settings.validate().map_err(anyhow::Error::msg)?;
+            let out = args.out.clone().context("--out is required")?;
+            let run = RunDir::create(&out, &settings)?;
+            let run_id = format!("rft-{}", uuid::Uuid::now_v7());
+            run.write_file(RUN_ID_FILE, run_id.as_bytes())?;
+            (run, settings, None, run_id)
+        }
+    };
+    let root = run.root().to_path_buf();
+    let config = serde_json::to_value(&settings)?;
+    let orgs = if args.no_record {
+        Vec::new()
+    } else {
+        let dataset = RftDataset::load(&settings.data)
+            .with_context(|| format!("--data {}", settings.data.display()))?;
+        let mut orgs: Vec<String> = dataset.prompts.iter().map(|p| p.org.clone()).collect();
+        orgs.sort();
+        orgs.dedup();
+        let (run_id, config) = (run_id.clone(), config.clone());
+        record(database, |pool| async move {
+            let unknown = training_runs::unknown_orgs(&pool, &orgs).await?;
+            if !unknown.is_empty() {
+                anyhow::bail!(
+                    "cannot record the run: organization(s) {} of --data are not in the database (pass --no-record to train without recording)",
+                    unknown.join(", ")
+                );
+            }
+            training_runs::upsert_run(&pool, &orgs, &run_id, &config, RunStatus::Running, None)
+                .await?;
+            Ok(orgs)
+        })
+        .await?
+    };
+
+    println!(
+        "training {} on {} ({} warm-up + {} RL steps, objective {} with k = {}, n = {}) into {}",
+        settings.model.display(),
+        settings.data.display(),
+        settings.sft_steps,
+        settings.steps,
+        settings.objective.as_str(),
+        settings.k,
+        settings.n,
+        root.display()
+    );
+    let hooks = FaultHooks {
+        kill_in_checkpoint: env_step(KILL_IN_CHECKPOINT_ENV),
+        nan_loss_at: env_step(NAN_LOSS_ENV),
+    };
+    let mut observer = Console::new(settings.total_steps());
+    let outcome = tokio::task::block_in_place(|| {
+        crate::training::train(run, &settings, start, hooks, &mut observer)
+    });
+    observer.finish();
+    let lines = read_metrics(&root)?;
+    let summary = summarize(&lines);
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            if !orgs.is_empty() {
+                let (run_id, config) = (run_id.clone(), config.clone());
+                let failed = json!({"error": format!("{error:#}"), "last": summary});
+                let _ = record(database, |pool| async move {
+                    training_runs::upsert_run(
+                        &pool,
+                        &orgs,
+                        &run_id,
+                        &config,
+                        RunStatus::Failed,
+                        Some(&failed),
+                    )
+                    .await?;
+                    Ok(())
+                })
+                .await;
+            }
+            return Err(error);
+        }
+    };
+    let curves = root.join(crate::training::run_dir::CURVES_FILE);
+    crate::training::curves::write_curves(&curves, &lines)?;
+    let summary = json!({
+        "run_id": run_id,
+        "steps": outcome.steps,
+        "rollbacks": outcome.rollbacks,
+        "device": outcome.device,
+        "train_prompts": outcome.train_prompts,
+        "trainable_parameters": outcome.trainable_parameters,
+        "final": summary,
+    });
+    std::fs::write(
+        root.join(crate::training::run_dir::SUMMARY_FILE),
+        serde_json::to_vec_pretty(&summary)?,
+    )?;
+    if !orgs.is_empty() {
+        let adapter = absolute(&outcome.final_adapter);
+        let base = absolute(&settings.model);
+        let recorded_orgs = orgs.len();
+        let (run_id, config) = (run_id.clone(), config.clone());
+        record(database, |pool| async move {
+            training_runs::upsert_run(
+                &pool,
+                &orgs,
+                &run_id,
+                &config,
+                RunStatus::Succeeded,
+                Some(&summary),
+            )
+            .await?;
+            training_runs::upsert_model_version(
+                &pool,
+                &orgs,
+                &run_id,
+                &base.display().to_string(),
+                &adapter.display().to_string(),
+                &summary,
+            )
+            .await?;
+            Ok(())
+        })
+        .await?;
+        println!("recorded run and model version for {recorded_orgs} organization(s)");
+    }
+    println!(
+        "done: {} steps on {} ({} rollbacks); adapter {}; curves {}; metrics {}",
+        outcome.steps,
+        outcome.device,
+        outcome.rollbacks,
+        outcome.final_adapter.display(),
+        curves.display(),
+        root.join(crate::training::run_dir::METRICS_FILE).display()
+    );
+    Ok(())
+}
+
+/// The last RL step's figures (and the last warm-up loss), for the summary and the database.
+fn summarize(lines: &[MetricsLine]) -> Value {
+    let steps: Vec<&StepMetrics> = lines
+        .iter()
+        .filter_map(|line| match line {
+            MetricsLine::Step(step) => Some(step),
+            MetricsLine::Rollback(_) => None,
+        })
+        .collect();
+    let last_rl = steps.iter().rev().find(|s| s.rl.is_some());
+    let last_warmup = steps
+        .iter()
+        .rev()
+        .find(|s| s.phase == crate::training::Phase::Warmup);
+    json!({
+        "last_rl_step": last_rl,
+        "last_warmup_loss": last_warmup.map(|s| s.loss),
+    })
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+fn env_step(name: &str) -> Option<u64> {
+    std::env::var(name).ok()?.parse().ok()
+}
+
+/// Opens the database, runs `work` on its pool and closes it again (the embedded cluster is not
+/// held open through hours of training).
+async fn record<T, F, Fut>(database: &DatabaseArgs, work: F) -> anyhow::Result<T>
+where
+    F: FnOnce(sqlx::PgPool) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let db = super::open_database(database).await?;
+    let result = work(db.pool().clone()).await;
+    let closed = db.close().await;
+    let value = result?;
+    closed?;
+    Ok(value)
+}
+
+/// Progress: a bar on a terminal, one line per ten steps otherwise.
+struct Console {
+    bar: Option<ProgressBar>,
+}
+
+impl Console {
+    fn new(total: u64) -> Self {
+        let bar = std::io::stderr()
+            .is_terminal()
+            .then(|| crate::progress::bar(total, "train", false));
+        Self { bar }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Observer for Console {
+    fn step(&mut self, metrics: &StepMetrics, total_steps: u64) {
+        let line = match &metrics.rl {
+            Some(rl) => format!(
+                "step {}/{} rl: reward {:+.3} pass@1 {:.3} pass@k {:.3} maj@k {:.3} valid {:.2} signal {:.2} kl {:.4} ({:.1} s, {:.0} tok/s)",
+                metrics.step + 1,
+                total_steps,
+                rl.reward_mean,
+                rl.pass_at_1,
+                rl.pass_at_k,
+                rl.maj_at_k,
+                rl.format_validity,
+                rl.nonzero_advantage_fraction,
+                rl.kl,
+                metrics.step_seconds,
+                metrics.tokens_per_second
+            ),
+            None => format!(
+                "step {}/{} warm-up: loss {:.4} grad norm {:.3} lr {:.2e}",
+                metrics.step + 1,
+                total_steps,
+                metrics.loss,
+                metrics.grad_norm,
+                metrics.learning_rate
+            ),
+        };
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(metrics.step + 1);
+                bar.set_message(if metrics.rl.is_some() {
+                    "rl"
+                } else {
+                    "warm-up"
+                });
+                if (metrics.step + 1).is_multiple_of(10) {
+                    bar.println(line);
+                }
+            }
+            None => {
+                if (metrics.step + 1).is_multiple_of(10) || metrics.step + 1 == total_steps {
+                    println!("{line}");
+                }
+            }
+        }
+    }
+
+    fn note(&mut self, message: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(message),
+            None => println!("{message}"),
+        }
+    }
+}

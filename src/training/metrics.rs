@@ -1,0 +1,100 @@
+//! The lines of `RUN_DIR/metrics.jsonl`: one per step, plus one per rollback.
+
+use serde::{Deserialize, Serialize};
+
+/// Which phase a step belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Supervised warm-up on accepted recommendations.
+    Warmup,
+    /// Policy-gradient steps on graded samples.
+    Rl,
+}
+
+/// One line of `metrics.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum MetricsLine {
+    Step(StepMetrics),
+    /// A NaN loss or a KL blow-up: the run went back to `to_step`'s checkpoint and lowered the
+    /// learning rate.
+    Rollback(Rollback),
+}
+
+/// What a rollback did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rollback {
+    /// The step that failed.
+    pub at_step: u64,
+    /// The checkpoint the run went back to (the step it resumes at).
+    pub to_step: u64,
+    pub reason: String,
+    /// The factor on every learning rate from now on.
+    pub lr_scale: f64,
+}
+
+/// What one step did. RL-only fields are absent on warm-up steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepMetrics {
+    /// 0-based over warm-up then RL.
+    pub step: u64,
+    pub phase: Phase,
+    pub learning_rate: f64,
+    /// The loss the update minimised (0 when no update was made).
+    pub loss: f64,
+    /// Global gradient norm before clipping (0 when no update was made).
+    pub grad_norm: f64,
+    /// Whether the optimizer stepped (an RL batch whose groups all carry no signal does not).
+    pub updated: bool,
+    /// Completion tokens the loss scored.
+    pub tokens: i64,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub rl: Option<RlMetrics>,
+    /// Wall time of the step.
+    pub step_seconds: f64,
+    /// Generated (RL) or trained (warm-up) tokens per second of the step.
+    pub tokens_per_second: f64,
+}
+
+/// The RL batch's figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RlMetrics {
+    pub reward_mean: f64,
+    pub reward_std: f64,
+    /// Share of samples accepted.
+    pub pass_at_1: f64,
+    /// Unbiased pass@k from each prompt's n samples, averaged over prompts.
+    pub pass_at_k: f64,
+    /// Unbiased maj@k (acceptance of the majority answer of k samples), averaged over prompts.
+    pub maj_at_k: f64,
+    /// Share of groups whose advantages are not all zero.
+    pub nonzero_advantage_fraction: f64,
+    /// Mean k3 KL per completion token to the adapters-off reference.
+    pub kl: f64,
+    /// −mean log-prob of the completion tokens.
+    pub entropy: f64,
+    pub clip_fraction: f64,
+    /// Share of samples that parse as a valid recommendation.
+    pub format_validity: f64,
+    pub completion_tokens_mean: f64,
+    pub completion_tokens_max: usize,
+    /// The world grader's mean true acceptance probability of the samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acceptance_probability: Option<f64>,
+}
+
+impl MetricsLine {
+    /// The line without its wall-clock figures: what must agree between a resumed and an
+    /// uninterrupted run.
+    pub fn without_timings(&self) -> MetricsLine {
+        match self {
+            MetricsLine::Step(step) => MetricsLine::Step(StepMetrics {
+                step_seconds: 0.0,
+                tokens_per_second: 0.0,
+                ..step.clone()
+            }),
+            MetricsLine::Rollback(rollback) => MetricsLine::Rollback(rollback.clone()),
+        }
+    }
+}

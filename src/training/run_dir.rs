@@ -1,0 +1,435 @@
+//! The run directory's layout and its crash-safe writes.
+//!
+//! ```text
+//! RUN_DIR/config.json          resolved settings (written once, read on --resume)
+//! RUN_DIR/metrics.jsonl        one line per step or rollback
+//! RUN_DIR/checkpoints/step-N/  state.json + the trainer's adapter and optimizer files
+//! RUN_DIR/warmup-adapter/      PEFT adapter after the warm-up (base for `eval`'s comparison)
+//! RUN_DIR/adapter/             the final PEFT adapter
+//! RUN_DIR/summary.json         final figures; RUN_DIR/curves.png the main curves
+//! ```
+//!
+//! Invariant: every `checkpoints/step-N` directory is complete. A checkpoint is written into
+//! `checkpoints/.tmp-step-N`, every file and the directory are synced, and only then renamed; a
+//! crash leaves at worst a `.tmp-*` directory, removed on resume. `state.json` records how many
+//! lines `metrics.jsonl` had (synced before the rename), so resuming truncates the lines of steps
+//! that will be redone.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+
+use super::metrics::MetricsLine;
+use super::settings::TrainSettings;
+
+pub const CONFIG_FILE: &str = "config.json";
+pub const METRICS_FILE: &str = "metrics.jsonl";
+pub const SUMMARY_FILE: &str = "summary.json";
+pub const CURVES_FILE: &str = "curves.png";
+pub const CHECKPOINTS_DIR: &str = "checkpoints";
+pub const WARMUP_ADAPTER_DIR: &str = "warmup-adapter";
+pub const FINAL_ADAPTER_DIR: &str = "adapter";
+const STATE_FILE: &str = "state.json";
+const TEMP_PREFIX: &str = ".tmp-";
+/// Checkpoints kept; older ones are deleted once a newer one is in place.
+const KEEP_CHECKPOINTS: usize = 2;
+
+/// Where a checkpoint leaves the run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointState {
+    /// The next step to run.
+    pub step: u64,
+    /// Factor on the learning rate (halved by each rollback).
+    pub lr_scale: f64,
+    pub rollbacks: u32,
+    /// Lines of `metrics.jsonl` that belong to the steps before `step`.
+    pub metrics_lines: u64,
+}
+
+impl CheckpointState {
+    /// A run that has not stepped yet.
+    pub fn start() -> Self {
+        Self {
+            step: 0,
+            lr_scale: 1.0,
+            rollbacks: 0,
+            metrics_lines: 0,
+        }
+    }
+}
+
+/// A complete checkpoint: its directory and where it leaves the run.
+pub type Checkpoint = (PathBuf, CheckpointState);
+
+/// An open run directory.
+#[derive(Debug)]
+pub struct RunDir {
+    root: PathBuf,
+    metrics: File,
+    metrics_lines: u64,
+}
+
+impl RunDir {
+    /// Creates a new run in `root`, which must not exist or be empty, and writes its settings.
+    pub fn create(root: &Path, settings: &TrainSettings) -> anyhow::Result<Self> {
+        if root.is_file() {
+            bail!("--out {} is a file, not a directory", root.display());
+        }
+        if root.exists() {
+            let mut entries = fs::read_dir(root)
+                .with_context(|| format!("cannot read --out {}", root.display()))?;
+            if entries.next().is_some() {
+                bail!(
+                    "--out {} is not empty; continue that run with `arc-rec train --resume {}` or pick a new directory",
+                    root.display(),
+                    root.display()
+                );
+            }
+        }
+        fs::create_dir_all(root.join(CHECKPOINTS_DIR))
+            .with_context(|| format!("cannot create {}", root.display()))?;
+        let json = serde_json::to_vec_pretty(settings)?;
+        write_atomically(&root.join(CONFIG_FILE), &json)?;
+        Self::open_metrics(root, 0)
+    }
+
+    /// Opens an existing run for resuming: its settings and the latest complete checkpoint
+    /// (`None`: the run never checkpointed and starts over). `metrics.jsonl` is cut back to the
+    /// checkpoint's lines.
+    pub fn resume(root: &Path) -> anyhow::Result<(Self, TrainSettings, Option<Checkpoint>)> {
+        let config_path = root.join(CONFIG_FILE);
+        if !config_path.is_file() {
+            bail!(
+                "--resume {}: no {CONFIG_FILE}; not a run directory of `arc-rec train`",
+                root.display()
+            );
+        }
+        let bytes = fs::read(&config_path)
+            .with_context(|| format!("cannot read {}", config_path.display()))?;
+        let settings: TrainSettings = serde_json::from_slice(&bytes).with_context(|| {
+            format!("{} is not a valid run configuration", config_path.display())
+        })?;
+        let checkpoints = root.join(CHECKPOINTS_DIR);
+        fs::create_dir_all(&checkpoints)?;
+        let latest = latest_checkpoint(&checkpoints)?;
+        let lines = latest.as_ref().map_or(0, |(_, state)| state.metrics_lines);
+        truncate_lines(&root.join(METRICS_FILE), lines)?;
+        let run = Self::open_metrics(root, lines)?;
+        Ok((run, settings, latest))
+    }
+
+    fn open_metrics(root: &Path, lines: u64) -> anyhow::Result<Self> {
+        let path = root.join(METRICS_FILE);
+        let metrics = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        Ok(Self {
+            root: root.to_path_buf(),
+            metrics,
+            metrics_lines: lines,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Appends one line to `metrics.jsonl`.
+    pub fn append(&mut self, line: &MetricsLine) -> anyhow::Result<()> {
+        let mut text = serde_json::to_string(line)?;
+        text.push('\n');
+        self.metrics
+            .write_all(text.as_bytes())
+            .context("cannot append to metrics.jsonl")?;
+        self.metrics_lines += 1;
+        Ok(())
+    }
+
+    /// Lines in `metrics.jsonl` so far.
+    pub fn metrics_lines(&self) -> u64 {
+        self.metrics_lines
+    }
+
+    /// Writes a checkpoint for `state`: `write_files` fills a temporary directory, which is
+    /// synced and renamed to `checkpoints/step-N`. Older checkpoints beyond the last
+    /// [`KEEP_CHECKPOINTS`] are then removed.
+    pub fn checkpoint(
+        &mut self,
+        state: &CheckpointState,
+        write_files: impl FnOnce(&Path) -> anyhow::Result<()>,
+    ) -> anyhow::Result<PathBuf> {
+        self.metrics
+            .sync_all()
+            .context("cannot sync metrics.jsonl")?;
+        let checkpoints = self.root.join(CHECKPOINTS_DIR);
+        let name = checkpoint_name(state.step);
+        let temp = checkpoints.join(format!("{TEMP_PREFIX}{name}"));
+        let target = checkpoints.join(&name);
+        remove_if_present(&temp)?;
+        fs::create_dir_all(&temp).with_context(|| format!("cannot create {}", temp.display()))?;
+        write_files(&temp)?;
+        fs::write(temp.join(STATE_FILE), serde_json::to_vec_pretty(state)?)?;
+        sync_tree(&temp)?;
+        // A rollback re-reaches steps it checkpointed before: the newer state replaces it.
+        remove_if_present(&target)?;
+        fs::rename(&temp, &target)
+            .with_context(|| format!("cannot rename {} to {}", temp.display(), target.display()))?;
+        File::open(&checkpoints)?.sync_all()?;
+        let mut steps = checkpoint_steps(&checkpoints)?;
+        steps.sort_unstable();
+        for &old in steps
+            .iter()
+            .filter(|&&step| step < state.step)
+            .rev()
+            .skip(KEEP_CHECKPOINTS - 1)
+        {
+            remove_if_present(&checkpoints.join(checkpoint_name(old)))?;
+        }
+        Ok(target)
+    }
+
+    /// The newest checkpoint at or before `step`, for rollbacks.
+    pub fn checkpoint_at_or_before(&self, step: u64) -> anyhow::Result<Option<Checkpoint>> {
+        let checkpoints = self.root.join(CHECKPOINTS_DIR);
+        let best = checkpoint_steps(&checkpoints)?
+            .into_iter()
+            .filter(|&s| s <= step)
+            .max();
+        best.map(|s| read_checkpoint(&checkpoints.join(checkpoint_name(s))))
+            .transpose()
+    }
+
+    /// Cuts `metrics.jsonl` back to `lines` lines (a rollback forgets nothing: it appends its
+    /// own line after the cut, so the failed steps stay out of the curves but the event stays in).
+    pub fn truncate_metrics(&mut self, lines: u64) -> anyhow::Result<()> {
+        self.metrics.sync_all()?;
+        truncate_lines(&self.root.join(METRICS_FILE), lines)?;
+        *self = Self::open_metrics(&self.root, lines)?;
+        Ok(())
+    }
+
+    /// Replaces `RUN_DIR/name` with what `write_files` puts into a fresh temporary directory.
+    pub fn replace_dir(
+        &self,
+        name: &str,
+        write_files: impl FnOnce(&Path) -> anyhow::Result<()>,
+    ) -> anyhow::Result<PathBuf> {
+        let temp = self.root.join(format!("{TEMP_PREFIX}{name}"));
+        let target = self.root.join(name);
+        remove_if_present(&temp)?;
+        fs::create_dir_all(&temp)?;
+        write_files(&temp)?;
+        sync_tree(&temp)?;
+        remove_if_present(&target)?;
+        fs::rename(&temp, &target)
+            .with_context(|| format!("cannot rename {} to {}", temp.display(), target.display()))?;
+        Ok(target)
+    }
+
+    /// Writes `RUN_DIR/name` atomically.
+    pub fn write_file(&self, name: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
+        let path = self.root.join(name);
+        write_atomically(&path, bytes)?;
+        Ok(path)
+    }
+}
+
+/// Every line of a run's `metrics.jsonl`.
+pub fn read_metrics(root: &Path) -> anyhow::Result<Vec<MetricsLine>> {
+    let path = root.join(METRICS_FILE);
+    let file = File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+    BufReader::new(file)
+        .lines()
+        .enumerate()
+        .map(|(index, line)| {
+            let line = line?;
+            serde_json::from_str(&line).with_context(|| {
+                format!("{} line {}: not a metrics line", path.display(), index + 1)
+            })
+        })
+        .collect()
+}
+
+fn checkpoint_name(step: u64) -> String {
+    format!("step-{step:08}")
+}
+
+fn checkpoint_steps(checkpoints: &Path) -> anyhow::Result<Vec<u64>> {
+    let mut steps = Vec::new();
+    for entry in fs::read_dir(checkpoints)
+        .with_context(|| format!("cannot read {}", checkpoints.display()))?
+    {
+        let name = entry?.file_name();
+        if let Some(step) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix("step-"))
+            .and_then(|digits| digits.parse().ok())
+        {
+            steps.push(step);
+        }
+    }
+    Ok(steps)
+}
+
+fn read_checkpoint(dir: &Path) -> anyhow::Result<Checkpoint> {
+    let path = dir.join(STATE_FILE);
+    let bytes = fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let state = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a checkpoint state", path.display()))?;
+    Ok((dir.to_path_buf(), state))
+}
+
+/// The highest complete checkpoint; leftover temporary directories of a crash are removed.
+fn latest_checkpoint(checkpoints: &Path) -> anyhow::Result<Option<Checkpoint>> {
+    for entry in fs::read_dir(checkpoints)? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+            remove_if_present(&entry.path())?;
+        }
+    }
+    checkpoint_steps(checkpoints)?
+        .into_iter()
+        .max()
+        .map(|step| read_checkpoint(&checkpoints.join(checkpoint_name(step))))
+        .transpose()
+}
+
+fn truncate_lines(path: &Path, lines: u64) -> anyhow::Result<()> {
+    let Ok(bytes) = fs::read(path) else {
+        if lines == 0 {
+            return Ok(());
+        }
+        bail!(
+            "{} is missing but the checkpoint counts {lines} lines",
+            path.display()
+        );
+    };
+    let mut seen = 0u64;
+    let mut cut = 0usize;
+    for (index, &byte) in bytes.iter().enumerate() {
+        if seen == lines {
+            break;
+        }
+        if byte == b'\n' {
+            seen += 1;
+            cut = index + 1;
+        }
+    }
+    if seen < lines {
+        bail!(
+            "{} has {seen} complete lines but the checkpoint counts {lines}",
+            path.display()
+        );
+    }
+    let file = OpenOptions::new().write(true).open(path)?;
+    file.set_len(cut as u64)?;
+    file.sync_all()?;
+    Ok(())
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let mut temp = tempfile::NamedTempFile::new_in(parent)
+        .with_context(|| format!("cannot write in {}", parent.display()))?;
+    temp.write_all(bytes)?;
+    temp.as_file().sync_all()?;
+    temp.persist(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+fn remove_if_present(path: &Path) -> anyhow::Result<()> {
+    match fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(err).with_context(|| format!("cannot remove {}", path.display())),
+    }
+}
+
+fn sync_tree(dir: &Path) -> anyhow::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            sync_tree(&path)?;
+        } else {
+            File::open(&path)?.sync_all()?;
+        }
+    }
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::training::metrics::Rollback;
+
+    fn rollback(step: u64) -> MetricsLine {
+        MetricsLine::Rollback(Rollback {
+            at_step: step,
+            to_step: 0,
+            reason: "test".into(),
+            lr_scale: 0.5,
+        })
+    }
+
+    #[test]
+    fn resume_cuts_metrics_to_the_latest_complete_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("run");
+        let settings = crate::training::settings::tests::sample();
+        let mut run = RunDir::create(&root, &settings).unwrap();
+        for step in 0..3 {
+            run.append(&rollback(step)).unwrap();
+        }
+        let state = CheckpointState {
+            step: 3,
+            metrics_lines: run.metrics_lines(),
+            ..CheckpointState::start()
+        };
+        run.checkpoint(&state, |dir| Ok(fs::write(dir.join("x"), b"1")?))
+            .unwrap();
+        run.append(&rollback(3)).unwrap();
+        // A crash in the middle of the next checkpoint leaves a temporary directory behind.
+        fs::create_dir_all(root.join(CHECKPOINTS_DIR).join(".tmp-step-00000004")).unwrap();
+        drop(run);
+        assert!(RunDir::create(&root, &settings).is_err());
+
+        let (_, resumed_settings, latest) = RunDir::resume(&root).unwrap();
+        assert_eq!(resumed_settings, settings);
+        let (path, resumed_state) = latest.unwrap();
+        assert_eq!(resumed_state, state);
+        assert!(path.join("x").is_file());
+        assert_eq!(read_metrics(&root).unwrap().len(), 3);
+        assert!(
+            !root
+                .join(CHECKPOINTS_DIR)
+                .join(".tmp-step-00000004")
+                .exists()
+        );
+    }
+
+    #[test]
+    fn only_the_last_checkpoints_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut run =
+            RunDir::create(dir.path(), &crate::training::settings::tests::sample()).unwrap();
+        for step in [2, 4, 6] {
+            let state = CheckpointState {
+                step,
+                ..CheckpointState::start()
+            };
+            run.checkpoint(&state, |_| Ok(())).unwrap();
+        }
+        let mut steps = checkpoint_steps(&dir.path().join(CHECKPOINTS_DIR)).unwrap();
+        steps.sort_unstable();
+        assert_eq!(steps, [4, 6]);
+        let (_, state) = run.checkpoint_at_or_before(5).unwrap().unwrap();
+        assert_eq!(state.step, 4);
+    }
+}

@@ -1,0 +1,731 @@
+//! The training loop: a supervised warm-up on accepted recommendations, then policy-gradient
+//! steps whose advantages come from the chosen objective over n graded samples per prompt, with
+//! checkpoints, exact resume and rollback.
+//!
+//! Determinism: nothing random carries state from one step to the next. Step `s` draws its data
+//! positions, sampling streams, world verdicts, majority tie-breaks and libtorch's generator (LoRA
+//! dropout) from seeds derived from (`--seed`, `s`), and the data order of an epoch from
+//! (`--seed`, epoch). A checkpoint therefore needs only the adapters, AdamW's state, the step and
+//! the learning-rate scale to continue exactly as an uninterrupted run would.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
+use objectives::{Estimator, Group, carries_signal, estimate};
+use trainer::chat_policy::{ChatPolicy, Sequence, pack};
+use trainer::device::Runtime;
+use trainer::generate::{GenerationRequest, generate};
+use trainer::logprobs::reference_logprobs;
+use trainer::model::{LORA_TARGETS, LoraConfig};
+use trainer::peft::{AdapterConfig, save_adapter};
+use trainer::rl_loss::{Aggregation, PolicyLossConfig, PolicyLossInputs, policy_loss};
+use trainer::tch::{self, Kind, Tensor};
+use trainer::train_step::{LoraTrainer, TrainError, TrainerConfig};
+
+use super::metrics::{MetricsLine, Phase, RlMetrics, Rollback, StepMetrics};
+use super::run_dir::{Checkpoint, CheckpointState, FINAL_ADAPTER_DIR, RunDir, WARMUP_ADAPTER_DIR};
+use super::settings::TrainSettings;
+use crate::export::Split;
+use crate::export::example::SYSTEM_PROMPT;
+use crate::rft::{Grader, GraderKind, RftDataset, RftPrompt};
+use crate::world::WorldParams;
+
+/// Fault injection for the crash and rollback tests (set from hidden environment variables by
+/// the command; never in normal use).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FaultHooks {
+    /// SIGKILL this process halfway through writing the checkpoint of this step.
+    pub kill_in_checkpoint: Option<u64>,
+    /// Make this step's loss NaN (once: not after a rollback).
+    pub nan_loss_at: Option<u64>,
+}
+
+/// Receives progress as the run goes.
+pub trait Observer {
+    /// A step finished.
+    fn step(&mut self, metrics: &StepMetrics, total_steps: u64);
+    /// Something the user should read (rollbacks, checkpoints of phases).
+    fn note(&mut self, message: &str);
+}
+
+/// What a finished run produced.
+#[derive(Debug)]
+pub struct TrainOutcome {
+    pub final_adapter: PathBuf,
+    pub warmup_adapter: Option<PathBuf>,
+    pub steps: u64,
+    pub rollbacks: u32,
+    pub device: String,
+    pub train_prompts: usize,
+    pub trainable_parameters: i64,
+}
+
+/// Seeds of the independent random streams of a step.
+#[derive(Debug, Clone, Copy)]
+enum Stream {
+    RlOrder = 1,
+    SftOrder = 2,
+    Sampling = 3,
+    Verdicts = 4,
+    TieBreak = 5,
+    Torch = 6,
+}
+
+/// SplitMix64 over the parts: a well-mixed seed for each (stream, step, …).
+fn derive_seed(parts: &[u64]) -> u64 {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    for &part in parts {
+        state ^= part;
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        state = z ^ (z >> 31);
+    }
+    state
+}
+
+/// An endless sequence of shuffled epochs over `0..len`, reshuffled per epoch from the seed.
+#[derive(Debug)]
+struct EpochOrder {
+    len: usize,
+    seed: u64,
+    cached: Option<(u64, Vec<usize>)>,
+}
+
+impl EpochOrder {
+    fn new(len: usize, seed: u64) -> Self {
+        Self {
+            len,
+            seed,
+            cached: None,
+        }
+    }
+
+    fn at(&mut self, position: u64) -> usize {
+        let len = self.len as u64;
+        let epoch = position / len;
+        if self.cached.as_ref().is_none_or(|(e, _)| *e != epoch) {
+            let mut order: Vec<usize> = (0..self.len).collect();
+            order.shuffle(&mut ChaCha8Rng::seed_from_u64(derive_seed(&[
+                self.seed, epoch,
+            ])));
+            self.cached = Some((epoch, order));
+        }
+        self.cached
+            .as_ref()
+            .map_or(0, |(_, order)| order[(position % len) as usize])
+    }
+}
+
+/// A train-split prompt with its tokens.
+#[derive(Debug)]
+struct PromptTokens<'a> {
+    prompt: &'a RftPrompt,
+    ids: Vec<i64>,
+    /// Index in the data set (keys its sampling streams).
+    key: u64,
+}
+
+/// A warm-up example: a prompt and one accepted completion as target tokens.
+#[derive(Debug)]
+struct SftExample {
+    prompt: usize,
+    target: Vec<i64>,
+}
+
+/// Why a step failed: a numerical blow-up rolls back, anything else ends the run.
+enum StepFailure {
+    Diverged(String),
+    Fatal(anyhow::Error),
+}
+
+impl From<anyhow::Error> for StepFailure {
+    fn from(error: anyhow::Error) -> Self {
+        StepFailure::Fatal(error)
+    }
+}
+
+impl From<TrainError> for StepFailure {
+    fn from(error: TrainError) -> Self {
+        match error {
+            TrainError::NonFinite { .. } => StepFailure::Diverged(error.to_string()),
+            other => StepFailure::Fatal(other.into()),
+        }
+    }
+}
+
+/// Loads the model and data of `settings` and trains from `start` (a checkpoint) or from scratch.
+pub fn train(
+    mut run: RunDir,
+    settings: &TrainSettings,
+    start: Option<Checkpoint>,
+    hooks: FaultHooks,
+    observer: &mut dyn Observer,
+) -> anyhow::Result<TrainOutcome> {
+    settings.validate().map_err(anyhow::Error::msg)?;
+    let estimator = settings.estimator().map_err(anyhow::Error::msg)?;
+    let runtime = Runtime::select(settings.device.request())?;
+    let dataset = RftDataset::load(&settings.data)
+        .with_context(|| format!("--data {}", settings.data.display()))?;
+    let train_prompts = dataset.split(Split::Train);
+    if train_prompts.is_empty() {
+        bail!(
+            "--data {}: the train split is empty ({} prompts in all, none in train)",
+            settings.data.display(),
+            dataset.prompts.len()
+        );
+    }
+    let grader = match settings.grader {
+        GraderKind::Logged => Grader::logged(settings.format_bonus),
+        GraderKind::World => Grader::world(
+            WorldParams {
+                seed: settings.world_seed,
+                outcomes: settings.world_outcomes,
+                ..WorldParams::default()
+            },
+            train_prompts.iter().copied(),
+            settings.format_bonus,
+        )?,
+    };
+
+    // LoRA A's initial values come from libtorch's generator: seed it so a fresh start (and a
+    // resume that finds no checkpoint) draws the same adapters.
+    tch::manual_seed(derive_seed(&[settings.seed, Stream::Torch as u64, u64::MAX]) as i64);
+    let (mut policy, _report) = ChatPolicy::load(&settings.model, runtime)
+        .with_context(|| format!("--model {}", settings.model.display()))?;
+    policy.model.attach_lora(&LoraConfig {
+        r: settings.lora_r,
+        alpha: settings.lora_alpha,
+        dropout: settings.lora_dropout,
+        target_modules: LORA_TARGETS.iter().map(|&t| t.to_owned()).collect(),
+    })?;
+    let mut trainer = LoraTrainer::new(
+        &policy.model,
+        TrainerConfig {
+            learning_rate: settings.learning_rate,
+            weight_decay: settings.weight_decay,
+            max_grad_norm: Some(settings.max_grad_norm),
+            ..TrainerConfig::default()
+        },
+    )?;
+
+    let key_of: HashMap<&str, u64> = dataset
+        .prompts
+        .iter()
+        .enumerate()
+        .map(|(index, prompt)| (prompt.id.as_str(), index as u64))
+        .collect();
+    let prompts = train_prompts
+        .iter()
+        .map(|&prompt| {
+            Ok(PromptTokens {
+                prompt,
+                ids: policy.prompt_ids(SYSTEM_PROMPT, &prompt.user_turn)?,
+                key: key_of.get(prompt.id.as_str()).copied().unwrap_or(0),
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let sft_examples = prompts
+        .iter()
+        .enumerate()
+        .flat_map(|(index, tokens)| {
+            tokens
+                .prompt
+                .accepted_completions
+                .iter()
+                .map(move |completion| (index, completion))
+        })
+        .map(|(prompt, completion)| {
+            Ok(SftExample {
+                prompt,
+                target: policy.target_ids(completion)?,
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if settings.sft_steps > 0 && sft_examples.is_empty() {
+        bail!(
+            "--sft-steps {}: the train split of {} has no accepted recommendation to warm up on (use --sft-steps 0)",
+            settings.sft_steps,
+            settings.data.display()
+        );
+    }
+
+    let mut state = match &start {
+        Some((dir, state)) => {
+            trainer
+                .load_state(&policy.model, dir)
+                .with_context(|| format!("cannot restore the checkpoint {}", dir.display()))?;
+            observer.note(&format!(
+                "resuming at step {} from {}",
+                state.step,
+                dir.display()
+            ));
+            *state
+        }
+        None => {
+            let state = CheckpointState::start();
+            run.checkpoint(&state, |dir| Ok(trainer.save_state(&policy.model, dir)?))?;
+            state
+        }
+    };
+
+    let mut loop_state = Loop {
+        settings,
+        estimator,
+        grader: &grader,
+        policy: &policy,
+        prompts: &prompts,
+        sft_examples: &sft_examples,
+        rl_order: EpochOrder::new(
+            prompts.len(),
+            derive_seed(&[settings.seed, Stream::RlOrder as u64]),
+        ),
+        sft_order: EpochOrder::new(
+            sft_examples.len().max(1),
+            derive_seed(&[settings.seed, Stream::SftOrder as u64]),
+        ),
+        hooks,
+    };
+    let adapter_config = adapter_config(settings);
+    let total = settings.total_steps();
+    while state.step < total {
+        let step = state.step;
+        let learning_rate = settings.learning_rate_at(step) * state.lr_scale;
+        trainer.set_learning_rate(learning_rate)?;
+        tch::manual_seed(derive_seed(&[settings.seed, Stream::Torch as u64, step]) as i64);
+        let outcome = if step < settings.sft_steps {
+            loop_state.warmup_step(&mut trainer, step, learning_rate)
+        } else {
+            loop_state.rl_step(&mut trainer, step, learning_rate, state.rollbacks)
+        };
+        let metrics = match outcome {
+            Ok(metrics) => match metrics.rl.as_ref().map(|rl| rl.kl) {
+                Some(kl) if kl > settings.max_kl => Err(StepFailure::Diverged(format!(
+                    "KL per token {kl:.4} exceeds --max-kl {}",
+                    settings.max_kl
+                ))),
+                _ => Ok(metrics),
+            },
+            Err(failure) => Err(failure),
+        };
+        match metrics {
+            Ok(metrics) => {
+                run.append(&MetricsLine::Step(metrics.clone()))?;
+                observer.step(&metrics, total);
+                state.step += 1;
+            }
+            Err(StepFailure::Fatal(error)) => {
+                return Err(error.context(format!("step {step} failed")));
+            }
+            Err(StepFailure::Diverged(reason)) => {
+                if state.rollbacks >= settings.max_rollbacks {
+                    bail!(
+                        "step {step}: {reason}; giving up after {} rollbacks (--max-rollbacks)",
+                        state.rollbacks
+                    );
+                }
+                let Some((dir, good)) = run.checkpoint_at_or_before(step)? else {
+                    bail!("step {step}: {reason}; no checkpoint to roll back to");
+                };
+                trainer.load_state(&policy.model, &dir)?;
+                run.truncate_metrics(good.metrics_lines)?;
+                let rollback = Rollback {
+                    at_step: step,
+                    to_step: good.step,
+                    reason: reason.clone(),
+                    lr_scale: state.lr_scale * 0.5,
+                };
+                run.append(&MetricsLine::Rollback(rollback.clone()))?;
+                observer.note(&format!(
+                    "step {step}: {reason}; rolled back to step {} with the learning rate scaled by {}",
+                    good.step, rollback.lr_scale
+                ));
+                state = CheckpointState {
+                    step: good.step,
+                    lr_scale: rollback.lr_scale,
+                    rollbacks: state.rollbacks + 1,
+                    metrics_lines: run.metrics_lines(),
+                };
+                run.checkpoint(&state, |dir| Ok(trainer.save_state(&policy.model, dir)?))?;
+                continue;
+            }
+        }
+        let phase_end = state.step == settings.sft_steps || state.step == total;
+        if settings.sft_steps > 0 && state.step == settings.sft_steps {
+            let dir = run.replace_dir(WARMUP_ADAPTER_DIR, |dir| {
+                Ok(save_adapter(
+                    policy.model.var_store(),
+                    &adapter_config,
+                    dir,
+                )?)
+            })?;
+            observer.note(&format!("warm-up done; adapter in {}", dir.display()));
+        }
+        if phase_end || state.step % settings.checkpoint_every == 0 {
+            state.metrics_lines = run.metrics_lines();
+            let kill = hooks.kill_in_checkpoint == Some(state.step);
+            run.checkpoint(&state, |dir| {
+                trainer.save_state(&policy.model, dir)?;
+                if kill {
+                    // The adapters are on disk, the optimizer state and state.json are not.
+                    nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::SIGKILL)?;
+                }
+                Ok(())
+            })?;
+        }
+    }
+    let final_adapter = run.replace_dir(FINAL_ADAPTER_DIR, |dir| {
+        Ok(save_adapter(
+            policy.model.var_store(),
+            &adapter_config,
+            dir,
+        )?)
+    })?;
+    let warmup_adapter = Some(run.root().join(WARMUP_ADAPTER_DIR)).filter(|dir| dir.is_dir());
+    Ok(TrainOutcome {
+        final_adapter,
+        warmup_adapter,
+        steps: total,
+        rollbacks: state.rollbacks,
+        device: runtime.describe(),
+        train_prompts: prompts.len(),
+        trainable_parameters: trainer.trainable_parameters(),
+    })
+}
+
+/// The PEFT config of the run's adapters.
+fn adapter_config(settings: &TrainSettings) -> AdapterConfig {
+    let mut config = AdapterConfig::new(settings.lora_r, settings.lora_alpha, &LORA_TARGETS);
+    config.lora_dropout = settings.lora_dropout;
+    config.base_model_name_or_path = Some(settings.model.display().to_string());
+    config
+}
+
+/// What every step reads.
+struct Loop<'a> {
+    settings: &'a TrainSettings,
+    estimator: Estimator,
+    grader: &'a Grader,
+    policy: &'a ChatPolicy,
+    prompts: &'a [PromptTokens<'a>],
+    sft_examples: &'a [SftExample],
+    rl_order: EpochOrder,
+    sft_order: EpochOrder,
+    hooks: FaultHooks,
+}
+
+impl Loop<'_> {
+    fn warmup_step(
+        &mut self,
+        trainer: &mut LoraTrainer,
+        step: u64,
+        learning_rate: f64,
+    ) -> Result<StepMetrics, StepFailure> {
+        let started = Instant::now();
+        let batch = self.settings.sft_batch as u64;
+        let examples: Vec<&SftExample> = (0..batch)
+            .map(|j| &self.sft_examples[self.sft_order.at(step * batch + j)])
+            .collect();
+        let sequences: Vec<Sequence<'_>> = examples
+            .iter()
+            .map(|example| Sequence {
+                prompt: &self.prompts[example.prompt].ids,
+                completion: &example.target,
+                sampling_logprobs: None,
+            })
+            .collect();
+        let packed = pack(
+            &sequences,
+            self.policy.pad_id,
+            self.policy.model.runtime().device,
+        )?;
+        let stats = trainer.supervised_step(&self.policy.model, &packed.batch)?;
+        let seconds = started.elapsed().as_secs_f64();
+        Ok(StepMetrics {
+            step,
+            phase: Phase::Warmup,
+            learning_rate,
+            loss: stats.loss,
+            grad_norm: stats.grad_norm,
+            updated: true,
+            tokens: stats.tokens,
+            rl: None,
+            step_seconds: seconds,
+            tokens_per_second: stats.tokens as f64 / seconds.max(1e-9),
+        })
+    }
+
+    fn rl_step(
+        &mut self,
+        trainer: &mut LoraTrainer,
+        step: u64,
+        learning_rate: f64,
+        rollbacks: u32,
+    ) -> Result<StepMetrics, StepFailure> {
+        let started = Instant::now();
+        let settings = self.settings;
+        let (n, k) = (settings.n, settings.k);
+        let per_step = settings.prompts_per_step as u64;
+        let rl_index = step - settings.sft_steps;
+        let picks: Vec<&PromptTokens<'_>> = (0..per_step)
+            .map(|j| &self.prompts[self.rl_order.at(rl_index * per_step + j)])
+            .collect();
+
+        let mut request = GenerationRequest::new(picks.iter().map(|p| p.ids.clone()).collect());
+        request.num_samples = n;
+        request.max_new_tokens = settings.max_new_tokens;
+        request.temperature = settings.temperature;
+        request.eos_token_ids = self
+            .policy
+            .stop_ids
+            .iter()
+            .copied()
+            .collect::<BTreeSet<_>>();
+        request.pad_token_id = self.policy.pad_id;
+        request.seed = derive_seed(&[settings.seed, Stream::Sampling as u64, step]);
+        request.prompt_keys = Some(picks.iter().map(|p| p.key).collect());
+        let generation = generate(&self.policy.model, &request).map_err(anyhow::Error::from)?;
+
+        let verdict_key = derive_seed(&[settings.seed, Stream::Verdicts as u64, step]);
+        let mut advantages = Vec::with_capacity(picks.len() * n);
+        let mut signal_groups = Vec::with_capacity(picks.len());
+        let mut batch = BatchFigures::default();
+        for (group, pick) in picks.iter().enumerate() {
+            let samples = &generation.samples[group * n..(group + 1) * n];
+            let mut rewards = Vec::with_capacity(n);
+            let mut answers = Vec::with_capacity(n);
+            let mut accepted = Vec::with_capacity(n);
+            let mut ids: HashMap<String, u32> = HashMap::new();
+            for sample in samples {
+                let text = self.policy.decode(&sample.tokens);
+                let verdict = self.grader.grade(pick.prompt, &text, verdict_key);
+                let fresh = (ids.len() + answers.len()) as u32 + n as u32;
+                let answer = match &verdict.answer {
+                    Some(answer) => {
+                        let next = ids.len() as u32;
+                        *ids.entry(answer.clone()).or_insert(next)
+                    }
+                    // Each unparseable completion is an answer of its own.
+                    None => fresh,
+                };
+                batch.add_sample(&verdict, sample.tokens.len(), &sample.logprobs);
+                rewards.push(verdict.reward);
+                answers.push(answer);
+                accepted.push(if verdict.accepted { 1.0 } else { 0.0 });
+            }
+            let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(&[
+                settings.seed,
+                Stream::TieBreak as u64,
+                step,
+                group as u64,
+            ]));
+            let group_advantages = self
+                .estimator
+                .advantages(
+                    Group {
+                        rewards: &rewards,
+                        answers: &answers,
+                    },
+                    &mut rng,
+                )
+                .map_err(anyhow::Error::from)?;
+            signal_groups.push(carries_signal(&group_advantages));
+            advantages.extend(group_advantages);
+            let correct = accepted.iter().filter(|&&a| a > 0.0).count();
+            batch.pass_at_k += estimate::pass_at_k(n, correct, k).map_err(anyhow::Error::from)?;
+            let classes = answers.iter().collect::<BTreeSet<_>>().len();
+            let mut priority: Vec<usize> = (0..classes).collect();
+            priority.shuffle(&mut rng);
+            batch.maj_at_k += estimate::majority_at_k(&accepted, &answers, &priority, k)
+                .map_err(anyhow::Error::from)?;
+        }
+
+        let keep: Vec<usize> = (0..picks.len())
+            .filter(|&g| signal_groups[g] || !settings.skip_zero_advantage_groups)
+            .collect();
+        let device = self.policy.model.runtime().device;
+        let sequences: Vec<Sequence<'_>> = picks
+            .iter()
+            .enumerate()
+            .flat_map(|(group, pick)| {
+                generation.samples[group * n..(group + 1) * n]
+                    .iter()
+                    .map(move |sample| Sequence {
+                        prompt: &pick.ids,
+                        completion: &sample.tokens,
+                        sampling_logprobs: Some(&sample.logprobs),
+                    })
+            })
+            .collect();
+        let packed = pack(&sequences, self.policy.pad_id, device)?;
+        let reference = reference_logprobs(
+            &self.policy.model,
+            &packed.batch.input_ids,
+            packed.batch.attention_mask.as_ref(),
+            &packed.batch.completion_mask,
+        )
+        .map_err(anyhow::Error::from)?;
+        let kl = k3_per_token(
+            &packed.sampling_logprobs,
+            &reference,
+            &packed.batch.completion_mask,
+        )
+        .map_err(anyhow::Error::from)?;
+
+        let mut loss = 0.0;
+        let mut grad_norm = 0.0;
+        let mut tokens = 0;
+        let mut clip_fraction = 0.0;
+        let updated = !keep.is_empty();
+        if updated {
+            let rows: Vec<i64> = keep
+                .iter()
+                .flat_map(|&g| (g * n..(g + 1) * n).map(|row| row as i64))
+                .collect();
+            let index = Tensor::from_slice(&rows).to_device(device);
+            let select = |t: &Tensor| t.f_index_select(0, &index);
+            let sub_batch = trainer::train_step::TrainBatch {
+                input_ids: select(&packed.batch.input_ids).map_err(TrainError::from)?,
+                attention_mask: packed
+                    .batch
+                    .attention_mask
+                    .as_ref()
+                    .map(select)
+                    .transpose()
+                    .map_err(TrainError::from)?,
+                completion_mask: select(&packed.batch.completion_mask).map_err(TrainError::from)?,
+            };
+            let sampling = select(&packed.sampling_logprobs).map_err(TrainError::from)?;
+            let reference = select(&reference).map_err(TrainError::from)?;
+            let kept_advantages: Vec<f32> = rows
+                .iter()
+                .map(|&row| advantages[row as usize] as f32)
+                .collect();
+            let advantages = Tensor::from_slice(&kept_advantages).to_device(device);
+            let inputs = PolicyLossInputs {
+                advantages: &advantages,
+                sampling_logprobs: &sampling,
+                reference_logprobs: Some(&reference),
+                prompts: keep.len() as i64,
+            };
+            let config = PolicyLossConfig {
+                clip_epsilon: settings.clip_epsilon,
+                kl_coef: settings.kl_coef,
+                aggregation: Aggregation::Sequence,
+            };
+            let poison = self.hooks.nan_loss_at == Some(step) && rollbacks == 0;
+            let mut loss_stats = None;
+            let stats = trainer.step(&self.policy.model, &sub_batch, |logprobs, mask| {
+                let (loss, stats) = policy_loss(logprobs, mask, &inputs, &config)?;
+                loss_stats = Some(stats);
+                Ok(if poison {
+                    loss.f_mul_scalar(f64::NAN)?
+                } else {
+                    loss
+                })
+            })?;
+            loss = stats.loss;
+            grad_norm = stats.grad_norm;
+            tokens = stats.tokens;
+            clip_fraction = loss_stats.map_or(0.0, |s| s.clip_fraction);
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let groups = picks.len() as f64;
+        let samples = (picks.len() * n) as f64;
+        let reward_mean = batch.reward_sum / samples;
+        let rl = RlMetrics {
+            reward_mean,
+            reward_std: (batch.reward_sq_sum / samples - reward_mean * reward_mean)
+                .max(0.0)
+                .sqrt(),
+            pass_at_1: batch.accepted / samples,
+            pass_at_k: batch.pass_at_k / groups,
+            maj_at_k: batch.maj_at_k / groups,
+            nonzero_advantage_fraction: signal_groups.iter().filter(|&&s| s).count() as f64
+                / groups,
+            kl,
+            entropy: batch.negative_logprob_sum / (batch.tokens as f64).max(1.0),
+            clip_fraction,
+            format_validity: batch.valid / samples,
+            completion_tokens_mean: batch.tokens as f64 / samples,
+            completion_tokens_max: batch.longest,
+            acceptance_probability: (self.grader.kind() == GraderKind::World)
+                .then(|| batch.acceptance_probability / samples),
+        };
+        Ok(StepMetrics {
+            step,
+            phase: Phase::Rl,
+            learning_rate,
+            loss,
+            grad_norm,
+            updated,
+            tokens,
+            rl: Some(rl),
+            step_seconds: seconds,
+            tokens_per_second: generation.counters.new_tokens as f64 / seconds.max(1e-9),
+        })
+    }
+}
+
+/// Sums over an RL batch's samples.
+#[derive(Debug, Default)]
+struct BatchFigures {
+    reward_sum: f64,
+    reward_sq_sum: f64,
+    accepted: f64,
+    valid: f64,
+    acceptance_probability: f64,
+    tokens: usize,
+    longest: usize,
+    negative_logprob_sum: f64,
+    pass_at_k: f64,
+    maj_at_k: f64,
+}
+
+impl BatchFigures {
+    fn add_sample(&mut self, verdict: &crate::rft::Verdict, tokens: usize, logprobs: &[f32]) {
+        self.reward_sum += verdict.reward;
+        self.reward_sq_sum += verdict.reward * verdict.reward;
+        self.accepted += f64::from(u8::from(verdict.accepted));
+        self.valid += f64::from(u8::from(verdict.format_valid));
+        self.acceptance_probability += verdict.acceptance_probability.unwrap_or(0.0);
+        self.tokens += tokens;
+        self.longest = self.longest.max(tokens);
+        self.negative_logprob_sum -= logprobs.iter().map(|&l| f64::from(l)).sum::<f64>();
+    }
+}
+
+/// Mean k3 estimate of KL(π‖π_ref) per completion token, from the sampled tokens' log-probs.
+fn k3_per_token(
+    policy: &Tensor,
+    reference: &Tensor,
+    completion_mask: &Tensor,
+) -> Result<f64, tch::TchError> {
+    tch::no_grad(|| {
+        // The [b, t − 1] log-probs score tokens 1..t: the mask's columns shift by one.
+        let width = completion_mask.size()[1];
+        let mask = completion_mask
+            .f_narrow(1, 1, width - 1)?
+            .f_to_kind(Kind::Float)?;
+        let diff = (reference - policy).f_mul(&mask)?;
+        let k3 = diff
+            .f_exp()?
+            .f_sub(&diff)?
+            .f_sub_scalar(1.0)?
+            .f_mul(&mask)?;
+        let count = mask.f_sum(Kind::Float)?.f_double_value(&[])?.max(1.0);
+        Ok(k3.f_sum(Kind::Float)?.f_double_value(&[])? / count)
+    })
+}
+
+/// Where a run's final adapter is, for commands that read a run.
+pub fn final_adapter_dir(run: &Path) -> PathBuf {
+    run.join(FINAL_ADAPTER_DIR)
+}

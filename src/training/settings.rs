@@ -1,0 +1,303 @@
+//! A training run's resolved settings: what `RUN_DIR/config.json` holds, checked once, so a
+//! resumed run continues with exactly what it started with.
+
+use std::path::PathBuf;
+
+use objectives::{Estimator, Objective};
+use serde::{Deserialize, Serialize};
+
+use crate::rft::GraderKind;
+
+/// `--device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceChoice {
+    /// CUDA when libtorch sees a device, else the CPU.
+    Auto,
+    /// The CPU (f32).
+    Cpu,
+    /// CUDA device 0 (bf16).
+    Cuda,
+}
+
+impl DeviceChoice {
+    pub fn request(self) -> trainer::device::DeviceRequest {
+        use trainer::device::DeviceRequest;
+        match self {
+            DeviceChoice::Auto => DeviceRequest::Auto,
+            DeviceChoice::Cpu => DeviceRequest::Cpu,
+            DeviceChoice::Cuda => DeviceRequest::Cuda,
+        }
+    }
+}
+
+/// How the learning rate moves over a phase's steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LrSchedule {
+    /// Linear warm-up, then constant.
+    Constant,
+    /// Linear warm-up, then cosine decay to a tenth of the peak.
+    Cosine,
+}
+
+/// Everything a run needs besides its data and model files' contents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainSettings {
+    /// The arc-format export the prompts come from.
+    pub data: PathBuf,
+    /// The base checkpoint directory.
+    pub model: PathBuf,
+    pub objective: Objective,
+    /// k of pass@k / maj@k.
+    pub k: usize,
+    /// Samples per prompt (n ≥ k).
+    pub n: usize,
+    /// Prompts per RL step.
+    pub prompts_per_step: usize,
+    /// RL steps after the warm-up.
+    pub steps: u64,
+    /// Supervised warm-up steps on accepted recommendations.
+    pub sft_steps: u64,
+    /// Examples per warm-up step.
+    pub sft_batch: usize,
+    pub grader: GraderKind,
+    pub world_seed: u64,
+    pub world_outcomes: usize,
+    /// +0.1 for a well-formed recommendation.
+    pub format_bonus: bool,
+    /// Seeds the data order, sampling, the world's draws and majority tie-breaks.
+    pub seed: u64,
+    pub learning_rate: f64,
+    pub sft_learning_rate: f64,
+    pub lr_schedule: LrSchedule,
+    /// Linear warm-up steps of each phase's learning rate.
+    pub lr_warmup_steps: u64,
+    pub max_grad_norm: f64,
+    pub weight_decay: f64,
+    pub lora_r: i64,
+    pub lora_alpha: f64,
+    pub lora_dropout: f64,
+    pub max_new_tokens: usize,
+    pub temperature: f64,
+    /// PPO clipping ε; `None` is the plain policy gradient.
+    pub clip_epsilon: Option<f64>,
+    /// β of the k3 KL penalty to the adapters-off reference (0 skips the reference pass).
+    pub kl_coef: f64,
+    /// Leave groups whose advantages are all zero out of the update.
+    pub skip_zero_advantage_groups: bool,
+    /// Checkpoint every this many steps (and at the end of each phase).
+    pub checkpoint_every: u64,
+    /// A KL per token above this after a step counts as a blow-up and rolls back.
+    pub max_kl: f64,
+    /// Rollbacks allowed before the run gives up.
+    pub max_rollbacks: u32,
+    pub device: DeviceChoice,
+}
+
+impl TrainSettings {
+    /// The advantage estimator, checked against n.
+    pub fn estimator(&self) -> Result<Estimator, String> {
+        let estimator = Estimator::new(self.objective, self.k).map_err(|e| format!("--k: {e}"))?;
+        estimator
+            .check_group_size(self.n)
+            .map_err(|e| format!("--n: {e}"))?;
+        Ok(estimator)
+    }
+
+    /// Every problem with the settings, naming the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        self.estimator()?;
+        let positive = |value: f64| value.is_finite() && value > 0.0;
+        let checks: [(bool, String); 15] = [
+            (
+                self.prompts_per_step >= 1,
+                "--prompts-per-step must be at least 1".into(),
+            ),
+            (self.sft_batch >= 1, "--sft-batch must be at least 1".into()),
+            (
+                self.steps + self.sft_steps >= 1,
+                "--steps and --sft-steps are both 0: nothing to train".into(),
+            ),
+            (
+                positive(self.learning_rate),
+                format!(
+                    "--learning-rate must be positive, got {}",
+                    self.learning_rate
+                ),
+            ),
+            (
+                positive(self.sft_learning_rate),
+                format!(
+                    "--sft-learning-rate must be positive, got {}",
+                    self.sft_learning_rate
+                ),
+            ),
+            (
+                positive(self.max_grad_norm),
+                format!(
+                    "--max-grad-norm must be positive, got {}",
+                    self.max_grad_norm
+                ),
+            ),
+            (
+                self.weight_decay.is_finite() && self.weight_decay >= 0.0,
+                format!(
+                    "--weight-decay must be non-negative, got {}",
+                    self.weight_decay
+                ),
+            ),
+            (
+                self.lora_r >= 1,
+                format!("--lora-r must be at least 1, got {}", self.lora_r),
+            ),
+            (
+                positive(self.lora_alpha),
+                format!("--lora-alpha must be positive, got {}", self.lora_alpha),
+            ),
+            (
+                (0.0..1.0).contains(&self.lora_dropout),
+                format!(
+                    "--lora-dropout must be in [0, 1), got {}",
+                    self.lora_dropout
+                ),
+            ),
+            (
+                self.max_new_tokens >= 1,
+                "--max-new-tokens must be at least 1".into(),
+            ),
+            (
+                positive(self.temperature),
+                format!(
+                    "--temperature must be positive (RL needs sampling), got {}",
+                    self.temperature
+                ),
+            ),
+            (
+                self.clip_epsilon.is_none_or(|e| e > 0.0 && e < 1.0),
+                format!(
+                    "--clip-epsilon must be in (0, 1), got {:?}",
+                    self.clip_epsilon
+                ),
+            ),
+            (
+                self.kl_coef.is_finite() && self.kl_coef >= 0.0,
+                format!("--kl-coef must be non-negative, got {}", self.kl_coef),
+            ),
+            (
+                self.checkpoint_every >= 1 && positive(self.max_kl),
+                format!(
+                    "--checkpoint-every must be at least 1 and --max-kl positive, got {} and {}",
+                    self.checkpoint_every, self.max_kl
+                ),
+            ),
+        ];
+        match checks.into_iter().find(|(ok, _)| !ok) {
+            Some((_, problem)) => Err(problem),
+            None => Ok(()),
+        }
+    }
+
+    /// Total steps: warm-up then RL.
+    pub fn total_steps(&self) -> u64 {
+        self.sft_steps + self.steps
+    }
+
+    /// The learning rate of global step `step` (0-based), before any rollback scaling.
+    pub fn learning_rate_at(&self, step: u64) -> f64 {
+        let (peak, index, length) = if step < self.sft_steps {
+            (self.sft_learning_rate, step, self.sft_steps)
+        } else {
+            (self.learning_rate, step - self.sft_steps, self.steps)
+        };
+        let warmup = self.lr_warmup_steps.min(length);
+        if index < warmup {
+            return peak * (index + 1) as f64 / (warmup + 1) as f64;
+        }
+        match self.lr_schedule {
+            LrSchedule::Constant => peak,
+            LrSchedule::Cosine => {
+                let span = (length - warmup).max(1) as f64;
+                let progress = (index - warmup) as f64 / span;
+                let floor = 0.1 * peak;
+                floor + (peak - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Settings for tests: the CLI's defaults with small phases.
+    pub(crate) fn sample() -> TrainSettings {
+        TrainSettings {
+            data: "data.jsonl".into(),
+            model: "model".into(),
+            objective: Objective::PassAtK,
+            k: 4,
+            n: 8,
+            prompts_per_step: 4,
+            steps: 10,
+            sft_steps: 5,
+            sft_batch: 8,
+            grader: GraderKind::World,
+            world_seed: 1,
+            world_outcomes: 20_000,
+            format_bonus: true,
+            seed: 1,
+            learning_rate: 1e-3,
+            sft_learning_rate: 3e-3,
+            lr_schedule: LrSchedule::Cosine,
+            lr_warmup_steps: 2,
+            max_grad_norm: 1.0,
+            weight_decay: 0.0,
+            lora_r: 8,
+            lora_alpha: 16.0,
+            lora_dropout: 0.0,
+            max_new_tokens: 64,
+            temperature: 1.0,
+            clip_epsilon: Some(0.2),
+            kl_coef: 0.0,
+            skip_zero_advantage_groups: true,
+            checkpoint_every: 5,
+            max_kl: 1.0,
+            max_rollbacks: 3,
+            device: DeviceChoice::Auto,
+        }
+    }
+
+    #[test]
+    fn validation_names_the_flag() {
+        assert!(sample().validate().is_ok());
+        type Change = fn(&mut TrainSettings);
+        let cases: [(Change, &str); 4] = [
+            (|s| s.k = 1, "--k"),
+            (|s| s.n = 2, "--n"),
+            (|s| s.temperature = 0.0, "--temperature"),
+            (|s| s.lora_dropout = 1.0, "--lora-dropout"),
+        ];
+        for (change, flag) in cases {
+            let mut settings = sample();
+            change(&mut settings);
+            let problem = settings.validate().unwrap_err();
+            assert!(problem.contains(flag), "{problem}");
+        }
+    }
+
+    #[test]
+    fn schedules_warm_up_then_decay_per_phase() {
+        let settings = sample();
+        // Warm-up phase: steps 0..5, peak 3e-3, 2 warm-up steps.
+        assert!((settings.learning_rate_at(0) - 1e-3).abs() < 1e-12);
+        assert!((settings.learning_rate_at(2) - 3e-3).abs() < 1e-12);
+        assert!(settings.learning_rate_at(4) < 3e-3);
+        // RL phase restarts its own warm-up.
+        assert!((settings.learning_rate_at(5) - 1e-3 / 3.0).abs() < 1e-12);
+        assert!((settings.learning_rate_at(7) - 1e-3).abs() < 1e-12);
+        let last = settings.learning_rate_at(14);
+        assert!(last > 1e-4 && last < 2e-4, "{last}");
+    }
+}

@@ -1,0 +1,267 @@
+//! A chat checkpoint as the RL loop uses it: the model, its tokenizer and chat template loaded from
+//! one Hugging Face directory; turning (system, user) turns into prompt ids and completions into
+//! training targets; and packing prompt + completion sequences into one right-padded batch.
+
+use std::path::Path;
+
+use tch::{Kind, Tensor};
+
+use crate::chat_template::{ChatMessage, ChatTemplate, ChatTemplateError};
+use crate::device::Runtime;
+use crate::model::{CausalLm, LoadReport, ModelError};
+use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::train_step::{TrainBatch, TrainError};
+
+/// Why a checkpoint cannot serve as a chat policy.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatPolicyError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    #[error(transparent)]
+    Template(#[from] ChatTemplateError),
+    /// The checkpoint lacks something chat generation needs.
+    #[error("{dir}: {problem}")]
+    Incomplete { dir: String, problem: String },
+}
+
+/// Model, tokenizer and chat template of one checkpoint directory.
+#[derive(Debug)]
+pub struct ChatPolicy {
+    pub model: CausalLm,
+    pub tokenizer: Tokenizer,
+    template: ChatTemplate,
+    /// Ends a completion: the token the template writes after an assistant turn.
+    end_of_turn: i64,
+    /// Every id that stops generation.
+    pub stop_ids: Vec<i64>,
+    /// Fills padding (always masked).
+    pub pad_id: i64,
+}
+
+impl ChatPolicy {
+    /// Loads `dir` (config.json, safetensors weights, tokenizer.json, a chat template and an eos
+    /// token) onto `runtime`'s device.
+    pub fn load(dir: &Path, runtime: Runtime) -> Result<(Self, LoadReport), ChatPolicyError> {
+        let incomplete = |problem: &str| ChatPolicyError::Incomplete {
+            dir: dir.display().to_string(),
+            problem: problem.to_owned(),
+        };
+        if !dir.join(crate::tokenizer::MODEL_CONFIG_FILE).is_file() {
+            return Err(incomplete(
+                "not a model checkpoint: no config.json (write one with `arc-rec model init --preset tiny --out DIR`)",
+            ));
+        }
+        let (model, report) = CausalLm::from_pretrained(dir, runtime)?;
+        let tokenizer = Tokenizer::from_dir(dir)?;
+        let template = ChatTemplate::from_dir(dir)?
+            .ok_or_else(|| incomplete("the checkpoint has no chat template"))?;
+        let special = tokenizer.special_tokens();
+        let end_of_turn = special
+            .eos
+            .as_ref()
+            .map(|token| i64::from(token.id))
+            .ok_or_else(|| incomplete("the tokenizer has no eos token to end a completion"))?;
+        let stop_ids: Vec<i64> = special.stop_ids.iter().map(|&id| i64::from(id)).collect();
+        let pad_id = special
+            .pad
+            .as_ref()
+            .map_or(end_of_turn, |token| i64::from(token.id));
+        Ok((
+            Self {
+                model,
+                tokenizer,
+                template,
+                end_of_turn,
+                stop_ids,
+                pad_id,
+            },
+            report,
+        ))
+    }
+
+    /// The prompt's token ids: the system and user turns rendered by the chat template with the
+    /// assistant turn opened.
+    pub fn prompt_ids(&self, system: &str, user: &str) -> Result<Vec<i64>, ChatPolicyError> {
+        let text = self.template.render(
+            &[
+                ChatMessage::new("system", system),
+                ChatMessage::new("user", user),
+            ],
+            true,
+        )?;
+        self.encode(&text)
+    }
+
+    /// A supervised target: the completion's tokens followed by the end-of-turn token, what the
+    /// model must generate after [`Self::prompt_ids`] to give `completion` and stop.
+    pub fn target_ids(&self, completion: &str) -> Result<Vec<i64>, ChatPolicyError> {
+        let mut ids = self.encode(completion)?;
+        ids.push(self.end_of_turn);
+        Ok(ids)
+    }
+
+    /// A completion's text without special tokens.
+    pub fn decode(&self, ids: &[i64]) -> String {
+        let ids: Vec<u32> = ids
+            .iter()
+            .filter_map(|&id| u32::try_from(id).ok())
+            .collect();
+        self.tokenizer.decode(&ids, true).unwrap_or_default()
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<i64>, ChatPolicyError> {
+        Ok(self
+            .tokenizer
+            .encode(text, false)?
+            .into_iter()
+            .map(i64::from)
+            .collect())
+    }
+}
+
+/// One training sequence: a prompt, a completion after it and, for sampled completions, the
+/// log-prob each completion token was sampled with.
+#[derive(Debug, Clone, Copy)]
+pub struct Sequence<'a> {
+    pub prompt: &'a [i64],
+    pub completion: &'a [i64],
+    pub sampling_logprobs: Option<&'a [f32]>,
+}
+
+/// Sequences packed for [`crate::train_step::LoraTrainer::step`].
+#[derive(Debug)]
+pub struct PackedBatch {
+    pub batch: TrainBatch,
+    /// `[b, t − 1]` f32: at position j the sampling log-prob of token j + 1 when it is a
+    /// completion token, 0 elsewhere (aligned with the log-probs a loss receives).
+    pub sampling_logprobs: Tensor,
+}
+
+/// Right-pads `sequences` with `pad_id` into `[b, t]` tensors on `device`: the attention mask
+/// covers prompt and completion, the completion mask only the completion.
+pub fn pack(
+    sequences: &[Sequence<'_>],
+    pad_id: i64,
+    device: tch::Device,
+) -> Result<PackedBatch, TrainError> {
+    if sequences.is_empty() {
+        return Err(TrainError::Batch("no sequence to pack".into()));
+    }
+    let width = sequences
+        .iter()
+        .map(|s| s.prompt.len() + s.completion.len())
+        .max()
+        .unwrap_or(0);
+    if width < 2 {
+        return Err(TrainError::Batch(
+            "sequences need at least two tokens".into(),
+        ));
+    }
+    let rows = sequences.len();
+    let mut ids = vec![pad_id; rows * width];
+    let mut attention = vec![0i64; rows * width];
+    let mut completion = vec![0i64; rows * width];
+    let mut logprobs = vec![0f32; rows * (width - 1)];
+    for (row, sequence) in sequences.iter().enumerate() {
+        if sequence.prompt.is_empty() {
+            return Err(TrainError::Batch(format!("sequence {row} has no prompt")));
+        }
+        let start = row * width;
+        let prompt_len = sequence.prompt.len();
+        for (offset, &id) in sequence
+            .prompt
+            .iter()
+            .chain(sequence.completion)
+            .enumerate()
+        {
+            ids[start + offset] = id;
+            attention[start + offset] = 1;
+            if offset >= prompt_len {
+                completion[start + offset] = 1;
+            }
+        }
+        if let Some(sampled) = sequence.sampling_logprobs {
+            if sampled.len() != sequence.completion.len() {
+                return Err(TrainError::Batch(format!(
+                    "sequence {row}: {} sampling log-probs for {} completion tokens",
+                    sampled.len(),
+                    sequence.completion.len()
+                )));
+            }
+            for (index, &value) in sampled.iter().enumerate() {
+                logprobs[row * (width - 1) + prompt_len + index - 1] = value;
+            }
+        }
+    }
+    let shape = [rows as i64, width as i64];
+    let tensor = |values: &[i64]| -> Result<Tensor, TrainError> {
+        Ok(Tensor::from_slice(values)
+            .f_reshape(shape)?
+            .f_to_device(device)?)
+    };
+    Ok(PackedBatch {
+        batch: TrainBatch {
+            input_ids: tensor(&ids)?,
+            attention_mask: Some(tensor(&attention)?),
+            completion_mask: tensor(&completion)?,
+        },
+        sampling_logprobs: Tensor::from_slice(&logprobs)
+            .f_reshape([rows as i64, width as i64 - 1])?
+            .f_to_kind(Kind::Float)?
+            .f_to_device(device)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_aligns_completion_masks_and_logprobs() {
+        let packed = pack(
+            &[
+                Sequence {
+                    prompt: &[5, 6],
+                    completion: &[7, 8],
+                    sampling_logprobs: Some(&[-0.5, -0.25]),
+                },
+                Sequence {
+                    prompt: &[9],
+                    completion: &[10],
+                    sampling_logprobs: Some(&[-1.0]),
+                },
+            ],
+            0,
+            tch::Device::Cpu,
+        )
+        .unwrap();
+        let ids: Vec<i64> = Vec::try_from(packed.batch.input_ids.flatten(0, -1)).unwrap();
+        assert_eq!(ids, [5, 6, 7, 8, 9, 10, 0, 0]);
+        let attention: Vec<i64> =
+            Vec::try_from(packed.batch.attention_mask.as_ref().unwrap().flatten(0, -1)).unwrap();
+        assert_eq!(attention, [1, 1, 1, 1, 1, 1, 0, 0]);
+        let completion: Vec<i64> =
+            Vec::try_from(packed.batch.completion_mask.flatten(0, -1)).unwrap();
+        assert_eq!(completion, [0, 0, 1, 1, 0, 1, 0, 0]);
+        // Position j holds the log-prob of token j + 1.
+        let logprobs: Vec<f32> = Vec::try_from(packed.sampling_logprobs.flatten(0, -1)).unwrap();
+        assert_eq!(logprobs, [0.0, -0.5, -0.25, -1.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn pack_refuses_mismatched_logprobs() {
+        let error = pack(
+            &[Sequence {
+                prompt: &[1],
+                completion: &[2, 3],
+                sampling_logprobs: Some(&[-1.0]),
+            }],
+            0,
+            tch::Device::Cpu,
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("1 sampling log-probs for 2"));
+    }
+}
