@@ -32,7 +32,7 @@ const NAN_LOSS_ENV: &str = "ARC_REC_TEST_NAN_LOSS_AT";
 #[derive(Debug, Args)]
 pub struct TrainArgs {
     /// Continue the run in this directory from its last checkpoint, with its recorded settings
-    /// (every other option is ignored).
+    /// (the training options are ignored; --no-record still applies).
     #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["data", "model", "out"])]
     pub resume: Option<PathBuf>,
     /// Training examples in arc format (`arc-rec export --out FILE`).
@@ -182,25 +182,41 @@ impl TrainArgs {
 
 /// Runs `arc-rec train`.
 pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()> {
-    let (run, settings, start, run_id) = match &args.resume {
+    // Everything that can be checked without the model is checked before a run directory is
+    // made, so a typo does not leave a half-made run behind.
+    let load_data = |settings: &TrainSettings| -> anyhow::Result<RftDataset> {
+        let dataset = RftDataset::load(&settings.data)
+            .with_context(|| format!("--data {}", settings.data.display()))?;
+        crate::training::session::train_split(&dataset, &settings.data)?;
+        Ok(dataset)
+    };
+    let (run, settings, start, run_id, dataset) = match &args.resume {
         Some(dir) => {
             let (run, settings, start) = RunDir::resume(dir)?;
             let run_id = std::fs::read_to_string(dir.join(RUN_ID_FILE))
                 .with_context(|| format!("--resume {}: no {RUN_ID_FILE} file", dir.display()))?
                 .trim()
                 .to_owned();
-            (run, settings, start, run_id)
+            let dataset = load_data(&settings)?;
+            (run, settings, start, run_id, dataset)
         }
         None => {
             let settings = args
                 .settings()
                 .context("--data, --model and --out are required")?;
             settings.validate().map_err(anyhow::Error::msg)?;
+            let dataset = load_data(&settings)?;
+            if !settings.model.join("config.json").is_file() {
+                anyhow::bail!(
+                    "--model {}: not a model checkpoint (no config.json); write one with `arc-rec model init --preset tiny --out DIR`",
+                    settings.model.display()
+                );
+            }
             let out = args.out.clone().context("--out is required")?;
             let run = RunDir::create(&out, &settings)?;
             let run_id = format!("rft-{}", uuid::Uuid::now_v7());
             run.write_file(RUN_ID_FILE, run_id.as_bytes())?;
-            (run, settings, None, run_id)
+            (run, settings, None, run_id, dataset)
         }
     };
     let root = run.root().to_path_buf();
@@ -208,8 +224,6 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
     let orgs = if args.no_record {
         Vec::new()
     } else {
-        let dataset = RftDataset::load(&settings.data)
-            .with_context(|| format!("--data {}", settings.data.display()))?;
         let mut orgs: Vec<String> = dataset.prompts.iter().map(|p| p.org.clone()).collect();
         orgs.sort();
         orgs.dedup();
@@ -246,7 +260,7 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
     };
     let mut observer = Console::new(settings.total_steps());
     let outcome = tokio::task::block_in_place(|| {
-        crate::training::train(run, &settings, start, hooks, &mut observer)
+        crate::training::train(run, &settings, &dataset, start, hooks, &mut observer)
     });
     observer.finish();
     let lines = read_metrics(&root)?;

@@ -165,6 +165,7 @@ impl From<TrainError> for StepFailure {
 pub fn train(
     mut run: RunDir,
     settings: &TrainSettings,
+    dataset: &RftDataset,
     start: Option<Checkpoint>,
     hooks: FaultHooks,
     observer: &mut dyn Observer,
@@ -172,16 +173,7 @@ pub fn train(
     settings.validate().map_err(anyhow::Error::msg)?;
     let estimator = settings.estimator().map_err(anyhow::Error::msg)?;
     let runtime = Runtime::select(settings.device.request())?;
-    let dataset = RftDataset::load(&settings.data)
-        .with_context(|| format!("--data {}", settings.data.display()))?;
-    let train_prompts = dataset.split(Split::Train);
-    if train_prompts.is_empty() {
-        bail!(
-            "--data {}: the train split is empty ({} prompts in all, none in train)",
-            settings.data.display(),
-            dataset.prompts.len()
-        );
-    }
+    let train_prompts = train_split(dataset, &settings.data)?;
     let grader = match settings.grader {
         GraderKind::Logged => Grader::logged(settings.format_bonus),
         GraderKind::World => Grader::world(
@@ -398,6 +390,19 @@ pub fn train(
         train_prompts: prompts.len(),
         trainable_parameters: trainer.trainable_parameters(),
     })
+}
+
+/// The prompts a run trains on; an empty train split is an error naming the file.
+pub fn train_split<'a>(dataset: &'a RftDataset, path: &Path) -> anyhow::Result<Vec<&'a RftPrompt>> {
+    let prompts = dataset.split(Split::Train);
+    if prompts.is_empty() {
+        bail!(
+            "--data {}: the train split is empty ({} prompts in all, none in train)",
+            path.display(),
+            dataset.prompts.len()
+        );
+    }
+    Ok(prompts)
 }
 
 /// The PEFT config of the run's adapters.

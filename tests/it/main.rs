@@ -32,3 +32,6 @@ mod schema;
 mod serving;
 /// The synthetic world through the binary.
 mod simulate;
+/// `arc-rec train`: crash and resume, rollback, records, bad input.
+#[cfg(feature = "rft")]
+mod train;
