@@ -346,13 +346,7 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
 
 /// The last RL step's figures (and the last warm-up loss), for the summary and the database.
 fn summarize(lines: &[MetricsLine]) -> Value {
-    let steps: Vec<&StepMetrics> = lines
-        .iter()
-        .filter_map(|line| match line {
-            MetricsLine::Step(step) => Some(step),
-            MetricsLine::Rollback(_) => None,
-        })
-        .collect();
+    let steps: Vec<&StepMetrics> = crate::training::metrics::steps(lines).collect();
     let last_rl = steps.iter().rev().find(|s| s.rl.is_some());
     let last_warmup = steps
         .iter()

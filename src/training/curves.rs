@@ -3,18 +3,12 @@
 
 use std::path::Path;
 
-use super::metrics::{MetricsLine, Phase, StepMetrics};
+use super::metrics::{MetricsLine, Phase, StepMetrics, steps};
 use crate::plot::{Panel, PlotError, Series, write_png};
 
 /// Draws `lines` (a run's `metrics.jsonl`) into `path`.
 pub fn write_curves(path: &Path, lines: &[MetricsLine]) -> Result<(), PlotError> {
-    let steps: Vec<&StepMetrics> = lines
-        .iter()
-        .filter_map(|line| match line {
-            MetricsLine::Step(step) => Some(step),
-            MetricsLine::Rollback(_) => None,
-        })
-        .collect();
+    let steps: Vec<&StepMetrics> = steps(lines).collect();
     let rl_series = |name: &str, value: fn(&super::RlMetrics) -> f64| Series {
         name: name.to_owned(),
         points: steps

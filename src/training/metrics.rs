@@ -84,6 +84,14 @@ pub struct RlMetrics {
     pub acceptance_probability: Option<f64>,
 }
 
+/// The step lines of a run's metrics, in order (rollback lines left out).
+pub fn steps(lines: &[MetricsLine]) -> impl Iterator<Item = &StepMetrics> {
+    lines.iter().filter_map(|line| match line {
+        MetricsLine::Step(step) => Some(step),
+        MetricsLine::Rollback(_) => None,
+    })
+}
+
 impl MetricsLine {
     /// The line without its wall-clock figures: what must agree between a resumed and an
     /// uninterrupted run.

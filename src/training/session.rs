@@ -286,6 +286,16 @@ pub fn train(
         hooks,
     };
     let adapter_config = adapter_config(settings);
+    // The adapters as they are now, in PEFT's format, into `RUN_DIR/name` (atomically).
+    let save_peft = |run: &RunDir, name: &str| {
+        run.replace_dir(name, |dir| {
+            Ok(save_adapter(
+                policy.model.var_store(),
+                &adapter_config,
+                dir,
+            )?)
+        })
+    };
     let total = settings.total_steps();
     while state.step < total {
         let step = state.step;
@@ -351,13 +361,7 @@ pub fn train(
         }
         let phase_end = state.step == settings.sft_steps || state.step == total;
         if settings.sft_steps > 0 && state.step == settings.sft_steps {
-            let dir = run.replace_dir(WARMUP_ADAPTER_DIR, |dir| {
-                Ok(save_adapter(
-                    policy.model.var_store(),
-                    &adapter_config,
-                    dir,
-                )?)
-            })?;
+            let dir = save_peft(&run, WARMUP_ADAPTER_DIR)?;
             observer.note(&format!("warm-up done; adapter in {}", dir.display()));
         }
         if phase_end || state.step % settings.checkpoint_every == 0 {
@@ -373,13 +377,7 @@ pub fn train(
             })?;
         }
     }
-    let final_adapter = run.replace_dir(FINAL_ADAPTER_DIR, |dir| {
-        Ok(save_adapter(
-            policy.model.var_store(),
-            &adapter_config,
-            dir,
-        )?)
-    })?;
+    let final_adapter = save_peft(&run, FINAL_ADAPTER_DIR)?;
     let warmup_adapter = Some(run.root().join(WARMUP_ADAPTER_DIR)).filter(|dir| dir.is_dir());
     Ok(TrainOutcome {
         final_adapter,

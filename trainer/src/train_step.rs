@@ -163,12 +163,7 @@ impl LoraTrainer {
     pub fn new(model: &CausalLm, config: TrainerConfig) -> Result<Self, TrainError> {
         config.validate()?;
         let store = model.var_store();
-        let mut trainable: Vec<(String, Tensor)> = store
-            .variables()
-            .into_iter()
-            .filter(|(_, tensor)| tensor.requires_grad())
-            .collect();
-        trainable.sort_by(|a, b| a.0.cmp(&b.0));
+        let trainable = named_trainable(model);
         if trainable.is_empty() {
             return Err(TrainError::Trainable(
                 "the model has no trainable variables; attach LoRA adapters first".into(),
@@ -209,7 +204,7 @@ impl LoraTrainer {
     /// Writes the adapters' values ([`ADAPTER_STATE_FILE`]) and AdamW's state
     /// ([`OPTIMIZER_STATE_FILE`]) into `dir`, exactly (no dtype conversion), for resuming.
     pub fn save_state(&self, model: &CausalLm, dir: &Path) -> Result<(), TrainError> {
-        let adapters = self.named_adapters(model);
+        let adapters = named_trainable(model);
         Tensor::write_safetensors(&adapters, dir.join(ADAPTER_STATE_FILE))?;
         self.optimizer.save(&dir.join(OPTIMIZER_STATE_FILE))?;
         Ok(())
@@ -220,7 +215,7 @@ impl LoraTrainer {
         let path = dir.join(ADAPTER_STATE_FILE);
         let stored: std::collections::HashMap<String, Tensor> =
             Tensor::read_safetensors(&path)?.into_iter().collect();
-        let adapters = self.named_adapters(model);
+        let adapters = named_trainable(model);
         if stored.len() != adapters.len() {
             return Err(TrainError::Trainable(format!(
                 "{} holds {} tensors but the model has {} adapters",
@@ -248,18 +243,6 @@ impl LoraTrainer {
         })?;
         self.optimizer.load(&dir.join(OPTIMIZER_STATE_FILE))?;
         Ok(())
-    }
-
-    /// The optimizer's parameters by name.
-    fn named_adapters(&self, model: &CausalLm) -> Vec<(String, Tensor)> {
-        let mut adapters: Vec<(String, Tensor)> = model
-            .var_store()
-            .variables()
-            .into_iter()
-            .filter(|(_, tensor)| tensor.requires_grad())
-            .collect();
-        adapters.sort_by(|a, b| a.0.cmp(&b.0));
-        adapters
     }
 
     /// The settings.
@@ -375,6 +358,19 @@ impl LoraTrainer {
             Ok(total)
         })
     }
+}
+
+/// The model's trainable variables (its adapters) by name, sorted: the optimizer's parameters in
+/// the order its state is saved.
+fn named_trainable(model: &CausalLm) -> Vec<(String, Tensor)> {
+    let mut trainable: Vec<(String, Tensor)> = model
+        .var_store()
+        .variables()
+        .into_iter()
+        .filter(|(_, tensor)| tensor.requires_grad())
+        .collect();
+    trainable.sort_by(|a, b| a.0.cmp(&b.0));
+    trainable
 }
 
 /// `-Σ logprob · mask / Σ mask`: the mean negative log-likelihood of the scored tokens (what
