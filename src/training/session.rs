@@ -24,8 +24,8 @@ use trainer::generate::{GenerationRequest, generate};
 use trainer::logprobs::reference_logprobs;
 use trainer::model::{LORA_TARGETS, LoraConfig};
 use trainer::peft::{AdapterConfig, save_adapter};
-use trainer::rl_loss::{Aggregation, PolicyLossConfig, PolicyLossInputs, policy_loss};
-use trainer::tch::{self, Kind, Tensor};
+use trainer::rl_loss::{Aggregation, PolicyLossConfig, PolicyLossInputs, mean_k3_kl, policy_loss};
+use trainer::tch::{self, Tensor};
 use trainer::train_step::{LoraTrainer, TrainError, TrainerConfig};
 
 use super::metrics::{MetricsLine, Phase, RlMetrics, Rollback, StepMetrics};
@@ -58,7 +58,6 @@ pub trait Observer {
 #[derive(Debug)]
 pub struct TrainOutcome {
     pub final_adapter: PathBuf,
-    pub warmup_adapter: Option<PathBuf>,
     pub steps: u64,
     pub rollbacks: u32,
     pub device: String,
@@ -378,10 +377,8 @@ pub fn train(
         }
     }
     let final_adapter = save_peft(&run, FINAL_ADAPTER_DIR)?;
-    let warmup_adapter = Some(run.root().join(WARMUP_ADAPTER_DIR)).filter(|dir| dir.is_dir());
     Ok(TrainOutcome {
         final_adapter,
-        warmup_adapter,
         steps: total,
         rollbacks: state.rollbacks,
         device: runtime.describe(),
@@ -509,14 +506,14 @@ impl Loop<'_> {
             for sample in samples {
                 let text = self.policy.decode(&sample.tokens);
                 let verdict = self.grader.grade(pick.prompt, &text, verdict_key);
-                let fresh = (ids.len() + answers.len()) as u32 + n as u32;
                 let answer = match &verdict.answer {
                     Some(answer) => {
                         let next = ids.len() as u32;
                         *ids.entry(answer.clone()).or_insert(next)
                     }
-                    // Each unparseable completion is an answer of its own.
-                    None => fresh,
+                    // Each unparseable completion is an answer of its own (ids from n up never
+                    // meet the ids of parsed answers, which stay below n).
+                    None => (n + answers.len()) as u32,
                 };
                 batch.add_sample(&verdict, sample.tokens.len(), &sample.logprobs);
                 rewards.push(verdict.reward);
@@ -575,12 +572,14 @@ impl Loop<'_> {
             &packed.batch.completion_mask,
         )
         .map_err(anyhow::Error::from)?;
-        let kl = k3_per_token(
-            &packed.sampling_logprobs,
-            &reference,
-            &packed.batch.completion_mask,
-        )
-        .map_err(anyhow::Error::from)?;
+        // The [b, t − 1] log-probs score tokens 1..t: the completion mask shifts by one column.
+        let width = packed.batch.completion_mask.size()[1];
+        let scored = packed
+            .batch
+            .completion_mask
+            .f_narrow(1, 1, width - 1)
+            .map_err(TrainError::from)?;
+        let kl = mean_k3_kl(&packed.sampling_logprobs, &reference, &scored)?;
 
         let mut loss = 0.0;
         let mut grad_norm = 0.0;
@@ -703,32 +702,4 @@ impl BatchFigures {
         self.longest = self.longest.max(tokens);
         self.negative_logprob_sum -= logprobs.iter().map(|&l| f64::from(l)).sum::<f64>();
     }
-}
-
-/// Mean k3 estimate of KL(π‖π_ref) per completion token, from the sampled tokens' log-probs.
-fn k3_per_token(
-    policy: &Tensor,
-    reference: &Tensor,
-    completion_mask: &Tensor,
-) -> Result<f64, tch::TchError> {
-    tch::no_grad(|| {
-        // The [b, t − 1] log-probs score tokens 1..t: the mask's columns shift by one.
-        let width = completion_mask.size()[1];
-        let mask = completion_mask
-            .f_narrow(1, 1, width - 1)?
-            .f_to_kind(Kind::Float)?;
-        let diff = (reference - policy).f_mul(&mask)?;
-        let k3 = diff
-            .f_exp()?
-            .f_sub(&diff)?
-            .f_sub_scalar(1.0)?
-            .f_mul(&mask)?;
-        let count = mask.f_sum(Kind::Float)?.f_double_value(&[])?.max(1.0);
-        Ok(k3.f_sum(Kind::Float)?.f_double_value(&[])? / count)
-    })
-}
-
-/// Where a run's final adapter is, for commands that read a run.
-pub fn final_adapter_dir(run: &Path) -> PathBuf {
-    run.join(FINAL_ADAPTER_DIR)
 }

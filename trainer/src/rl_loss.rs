@@ -144,15 +144,8 @@ pub fn policy_loss(
     let policy = aggregate(&surrogate)?.f_neg()?;
     let (loss, kl_per_token) = match reference {
         Some(reference) => {
-            let diff = (reference - logprobs).f_mul(&mask)?;
-            let k3 = diff.f_exp()?.f_sub(&diff)?.f_sub_scalar(1.0)?;
-            let kl_mean = tch::no_grad(|| -> Result<f64, TrainError> {
-                Ok(k3
-                    .f_mul(&mask)?
-                    .f_sum(Kind::Float)?
-                    .f_div(&tokens.f_clamp_min(1.0)?)?
-                    .f_double_value(&[])?)
-            })?;
+            let k3 = k3_terms(logprobs, reference, &mask)?;
+            let kl_mean = tch::no_grad(|| masked_mean(&k3, &mask))?;
             if config.kl_coef > 0.0 {
                 let penalty = aggregate(&k3)?.f_mul_scalar(config.kl_coef)?;
                 (policy.f_add(&penalty)?, kl_mean)
@@ -188,6 +181,32 @@ pub fn policy_loss(
         })
     })?;
     Ok((loss, stats))
+}
+
+/// Schulman's k3 estimate of KL(π‖π_ref) per token, `exp(d) − d − 1` with d = log π_ref − log π,
+/// zero off `mask` (a 0/1 float tensor aligned with the log-probs). Differentiable in `logprobs`.
+fn k3_terms(logprobs: &Tensor, reference: &Tensor, mask: &Tensor) -> Result<Tensor, TrainError> {
+    let diff = (reference - logprobs).f_mul(mask)?;
+    Ok(diff.f_exp()?.f_sub(&diff)?.f_sub_scalar(1.0)?)
+}
+
+fn masked_mean(values: &Tensor, mask: &Tensor) -> Result<f64, TrainError> {
+    let count = mask.f_sum(Kind::Float)?.f_clamp_min(1.0)?;
+    Ok(values
+        .f_mul(mask)?
+        .f_sum(Kind::Float)?
+        .f_div(&count)?
+        .f_double_value(&[])?)
+}
+
+/// Mean k3 KL per scored token between the `[b, t − 1]` log-probs of a policy and of the
+/// reference, over the scored positions `mask` (0/1, same shape); no autograd. The figure
+/// [`policy_loss`] reports, for batches that are measured but not trained on.
+pub fn mean_k3_kl(logprobs: &Tensor, reference: &Tensor, mask: &Tensor) -> Result<f64, TrainError> {
+    tch::no_grad(|| {
+        let mask = mask.f_to_kind(Kind::Float)?;
+        masked_mean(&k3_terms(logprobs, reference, &mask)?, &mask)
+    })
 }
 
 #[cfg(test)]
