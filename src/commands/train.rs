@@ -18,7 +18,7 @@ use crate::rft::{GraderKind, RftDataset};
 use crate::storage::training_runs::{self, RunStatus};
 use crate::training::{
     DeviceChoice, FaultHooks, LrSchedule, MetricsLine, Observer, RunDir, StepMetrics,
-    TrainSettings, read_metrics,
+    TrainSettings, WarmupMode, read_metrics,
 };
 
 /// Where the run's id is kept (the `training_runs.run_id` and `model_versions.model_version_id`).
@@ -60,11 +60,16 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 60)]
     pub steps: u64,
     /// Supervised warm-up steps on accepted recommendations before RL.
-    #[arg(long, default_value_t = 150)]
+    #[arg(long, default_value_t = 300)]
     pub sft_steps: u64,
     /// Examples per warm-up step.
     #[arg(long, default_value_t = 16)]
     pub sft_batch: usize,
+    /// What the warm-up trains: every weight (full), LoRA adapters merged in afterwards (lora),
+    /// or full up to 100M parameters and lora above (auto). RL always trains fresh LoRA adapters
+    /// on the warm-up model.
+    #[arg(long, value_enum, default_value_t = WarmupMode::Auto)]
+    pub warmup: WarmupMode,
     /// Where rewards come from: logged verdicts or the synthetic world's ground truth.
     #[arg(long, value_enum, default_value_t = GraderKind::World)]
     pub grader: GraderKind,
@@ -115,7 +120,7 @@ pub struct TrainArgs {
     /// Plain policy gradient without the clipped surrogate.
     #[arg(long)]
     pub no_clip: bool,
-    /// β of the k3 KL penalty to the base model (adapters off).
+    /// β of the k3 KL penalty to the warm-up model (RL's adapters off).
     #[arg(long, default_value_t = 0.0)]
     pub kl_coef: f64,
     /// Keep groups whose advantages are all zero in the update (they add nothing but cost).
@@ -153,6 +158,7 @@ impl TrainArgs {
             steps: self.steps,
             sft_steps: self.sft_steps,
             sft_batch: self.sft_batch,
+            warmup: self.warmup,
             grader: self.grader,
             world_seed: self.world_seed,
             world_outcomes: self.world_outcomes,

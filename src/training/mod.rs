@@ -20,4 +20,4 @@ pub mod settings;
 pub use metrics::{MetricsLine, Phase, RlMetrics, Rollback, StepMetrics};
 pub use run_dir::{CheckpointState, RunDir, read_metrics};
 pub use session::{FaultHooks, Observer, TrainOutcome, train};
-pub use settings::{DeviceChoice, LrSchedule, TrainSettings};
+pub use settings::{DeviceChoice, LrSchedule, TrainSettings, WarmupMode};

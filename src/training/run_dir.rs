@@ -4,7 +4,7 @@
 //! RUN_DIR/config.json          resolved settings (written once, read on --resume)
 //! RUN_DIR/metrics.jsonl        one line per step or rollback
 //! RUN_DIR/checkpoints/step-N/  state.json + the trainer's adapter and optimizer files
-//! RUN_DIR/warmup-adapter/      PEFT adapter after the warm-up (base for `eval`'s comparison)
+//! RUN_DIR/warmup-model/        the model after the warm-up (Hugging Face layout): RL's base
 //! RUN_DIR/adapter/             the final PEFT adapter
 //! RUN_DIR/summary.json         final figures; RUN_DIR/curves.png the main curves
 //! ```
@@ -30,7 +30,7 @@ pub const METRICS_FILE: &str = "metrics.jsonl";
 pub const SUMMARY_FILE: &str = "summary.json";
 pub const CURVES_FILE: &str = "curves.png";
 pub const CHECKPOINTS_DIR: &str = "checkpoints";
-pub const WARMUP_ADAPTER_DIR: &str = "warmup-adapter";
+pub const WARMUP_MODEL_DIR: &str = "warmup-model";
 pub const FINAL_ADAPTER_DIR: &str = "adapter";
 const STATE_FILE: &str = "state.json";
 const TEMP_PREFIX: &str = ".tmp-";

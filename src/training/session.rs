@@ -23,13 +23,15 @@ use trainer::device::Runtime;
 use trainer::generate::{GenerationRequest, generate};
 use trainer::logprobs::reference_logprobs;
 use trainer::model::{LORA_TARGETS, LoraConfig};
-use trainer::peft::{AdapterConfig, save_adapter};
+use trainer::peft::{
+    AdapterConfig, DEFAULT_MAX_SHARD_BYTES, save_adapter, save_checkpoint, save_merged_checkpoint,
+};
 use trainer::rl_loss::{Aggregation, PolicyLossConfig, PolicyLossInputs, mean_k3_kl, policy_loss};
 use trainer::tch::{self, Tensor};
-use trainer::train_step::{LoraTrainer, TrainError, TrainerConfig};
+use trainer::train_step::{TrainError, Trainer, TrainerConfig};
 
 use super::metrics::{MetricsLine, Phase, RlMetrics, Rollback, StepMetrics};
-use super::run_dir::{Checkpoint, CheckpointState, FINAL_ADAPTER_DIR, RunDir, WARMUP_ADAPTER_DIR};
+use super::run_dir::{Checkpoint, CheckpointState, FINAL_ADAPTER_DIR, RunDir, WARMUP_MODEL_DIR};
 use super::settings::TrainSettings;
 use crate::export::Split;
 use crate::export::example::SYSTEM_PROMPT;
@@ -186,27 +188,16 @@ pub fn train(
         )?,
     };
 
-    // LoRA A's initial values come from libtorch's generator: seed it so a fresh start (and a
-    // resume that finds no checkpoint) draws the same adapters.
-    tch::manual_seed(derive_seed(&[settings.seed, Stream::Torch as u64, u64::MAX]) as i64);
-    let (mut policy, _report) = ChatPolicy::load(&settings.model, runtime)
-        .with_context(|| format!("--model {}", settings.model.display()))?;
-    policy.model.attach_lora(&LoraConfig {
-        r: settings.lora_r,
-        alpha: settings.lora_alpha,
-        dropout: settings.lora_dropout,
-        target_modules: LORA_TARGETS.iter().map(|&t| t.to_owned()).collect(),
-    })?;
-    let mut trainer = LoraTrainer::new(
-        &policy.model,
-        TrainerConfig {
-            learning_rate: settings.learning_rate,
-            weight_decay: settings.weight_decay,
-            max_grad_norm: Some(settings.max_grad_norm),
-            ..TrainerConfig::default()
-        },
-    )?;
-
+    let phase_of = |step: u64| {
+        if step < settings.sft_steps {
+            Phase::Warmup
+        } else {
+            Phase::Rl
+        }
+    };
+    let start_step = start.as_ref().map_or(0, |(_, state)| state.step);
+    let mut learner = Learner::open(settings, runtime, phase_of(start_step), &run)?;
+    let policy = &learner.policy;
     let key_of: HashMap<&str, u64> = dataset
         .prompts
         .iter()
@@ -250,8 +241,8 @@ pub fn train(
 
     let mut state = match &start {
         Some((dir, state)) => {
-            trainer
-                .load_state(&policy.model, dir)
+            learner
+                .load_state(dir)
                 .with_context(|| format!("cannot restore the checkpoint {}", dir.display()))?;
             observer.note(&format!(
                 "resuming at step {} from {}",
@@ -262,7 +253,7 @@ pub fn train(
         }
         None => {
             let state = CheckpointState::start();
-            run.checkpoint(&state, |dir| Ok(trainer.save_state(&policy.model, dir)?))?;
+            run.checkpoint(&state, |dir| learner.save_state(dir))?;
             state
         }
     };
@@ -271,7 +262,6 @@ pub fn train(
         settings,
         estimator,
         grader: &grader,
-        policy: &policy,
         prompts: &prompts,
         sft_examples: &sft_examples,
         rl_order: EpochOrder::new(
@@ -284,27 +274,15 @@ pub fn train(
         ),
         hooks,
     };
-    let adapter_config = adapter_config(settings);
-    // The adapters as they are now, in PEFT's format, into `RUN_DIR/name` (atomically).
-    let save_peft = |run: &RunDir, name: &str| {
-        run.replace_dir(name, |dir| {
-            Ok(save_adapter(
-                policy.model.var_store(),
-                &adapter_config,
-                dir,
-            )?)
-        })
-    };
     let total = settings.total_steps();
     while state.step < total {
         let step = state.step;
         let learning_rate = settings.learning_rate_at(step) * state.lr_scale;
-        trainer.set_learning_rate(learning_rate)?;
+        learner.trainer.set_learning_rate(learning_rate)?;
         tch::manual_seed(derive_seed(&[settings.seed, Stream::Torch as u64, step]) as i64);
-        let outcome = if step < settings.sft_steps {
-            loop_state.warmup_step(&mut trainer, step, learning_rate)
-        } else {
-            loop_state.rl_step(&mut trainer, step, learning_rate, state.rollbacks)
+        let outcome = match phase_of(step) {
+            Phase::Warmup => loop_state.warmup_step(&mut learner, step, learning_rate),
+            Phase::Rl => loop_state.rl_step(&mut learner, step, learning_rate, state.rollbacks),
         };
         let metrics = match outcome {
             Ok(metrics) => match metrics.rl.as_ref().map(|rl| rl.kl) {
@@ -335,7 +313,10 @@ pub fn train(
                 let Some((dir, good)) = run.checkpoint_at_or_before(step)? else {
                     bail!("step {step}: {reason}; no checkpoint to roll back to");
                 };
-                trainer.load_state(&policy.model, &dir)?;
+                if phase_of(good.step) != phase_of(step) {
+                    learner = Learner::open(settings, runtime, phase_of(good.step), &run)?;
+                }
+                learner.load_state(&dir)?;
                 run.truncate_metrics(good.metrics_lines)?;
                 let rollback = Rollback {
                     at_step: step,
@@ -354,20 +335,21 @@ pub fn train(
                     rollbacks: state.rollbacks + 1,
                     metrics_lines: run.metrics_lines(),
                 };
-                run.checkpoint(&state, |dir| Ok(trainer.save_state(&policy.model, dir)?))?;
+                run.checkpoint(&state, |dir| learner.save_state(dir))?;
                 continue;
             }
         }
         let phase_end = state.step == settings.sft_steps || state.step == total;
         if settings.sft_steps > 0 && state.step == settings.sft_steps {
-            let dir = save_peft(&run, WARMUP_ADAPTER_DIR)?;
-            observer.note(&format!("warm-up done; adapter in {}", dir.display()));
+            let dir = run.replace_dir(WARMUP_MODEL_DIR, |dir| learner.save_model(settings, dir))?;
+            observer.note(&format!("warm-up done; model in {}", dir.display()));
+            learner = Learner::open(settings, runtime, Phase::Rl, &run)?;
         }
         if phase_end || state.step % settings.checkpoint_every == 0 {
             state.metrics_lines = run.metrics_lines();
             let kill = hooks.kill_in_checkpoint == Some(state.step);
             run.checkpoint(&state, |dir| {
-                trainer.save_state(&policy.model, dir)?;
+                learner.save_state(dir)?;
                 if kill {
                     // The adapters are on disk, the optimizer state and state.json are not.
                     nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::SIGKILL)?;
@@ -376,14 +358,21 @@ pub fn train(
             })?;
         }
     }
-    let final_adapter = save_peft(&run, FINAL_ADAPTER_DIR)?;
+    let base = rl_base(settings, &run);
+    let final_adapter = run.replace_dir(FINAL_ADAPTER_DIR, |dir| {
+        Ok(save_adapter(
+            learner.policy.model.var_store(),
+            &adapter_config(settings, &base),
+            dir,
+        )?)
+    })?;
     Ok(TrainOutcome {
         final_adapter,
         steps: total,
         rollbacks: state.rollbacks,
         device: runtime.describe(),
         train_prompts: prompts.len(),
-        trainable_parameters: trainer.trainable_parameters(),
+        trainable_parameters: learner.trainer.trainable_parameters(),
     })
 }
 
@@ -400,12 +389,114 @@ pub fn train_split<'a>(dataset: &'a RftDataset, path: &Path) -> anyhow::Result<V
     Ok(prompts)
 }
 
-/// The PEFT config of the run's adapters.
-fn adapter_config(settings: &TrainSettings) -> AdapterConfig {
+/// The PEFT config of the run's adapters over `base`.
+fn adapter_config(settings: &TrainSettings, base: &Path) -> AdapterConfig {
     let mut config = AdapterConfig::new(settings.lora_r, settings.lora_alpha, &LORA_TARGETS);
     config.lora_dropout = settings.lora_dropout;
-    config.base_model_name_or_path = Some(settings.model.display().to_string());
+    config.base_model_name_or_path = Some(base.display().to_string());
     config
+}
+
+/// The checkpoint RL's adapters sit on (and the KL reference): the warm-up model, or the base
+/// when there is no warm-up.
+fn rl_base(settings: &TrainSettings, run: &RunDir) -> PathBuf {
+    if settings.sft_steps > 0 {
+        std::path::absolute(run.root().join(WARMUP_MODEL_DIR))
+            .unwrap_or_else(|_| run.root().join(WARMUP_MODEL_DIR))
+    } else {
+        settings.model.clone()
+    }
+}
+
+/// The model of the current phase and its optimizer.
+struct Learner {
+    policy: ChatPolicy,
+    trainer: Trainer,
+    /// Every weight trains (a full warm-up), not LoRA adapters.
+    full: bool,
+}
+
+impl Learner {
+    /// The warm-up trains the base model (fully, or through LoRA adapters); RL trains fresh LoRA
+    /// adapters on the warm-up model, which with the adapters off is also the KL reference.
+    fn open(
+        settings: &TrainSettings,
+        runtime: Runtime,
+        phase: Phase,
+        run: &RunDir,
+    ) -> anyhow::Result<Self> {
+        let (dir, learning_rate) = match phase {
+            Phase::Warmup => (settings.model.clone(), settings.sft_learning_rate),
+            Phase::Rl => (rl_base(settings, run), settings.learning_rate),
+        };
+        // LoRA A's initial values come from libtorch's generator: seed it per phase so a fresh
+        // start (and a resume that finds no checkpoint of the phase) draws the same adapters.
+        tch::manual_seed(derive_seed(&[
+            settings.seed,
+            Stream::Torch as u64,
+            u64::MAX - phase as u64,
+        ]) as i64);
+        let (mut policy, _report) = ChatPolicy::load(&dir, runtime)
+            .with_context(|| format!("cannot load the model {}", dir.display()))?;
+        let parameters: i64 = policy
+            .model
+            .var_store()
+            .variables()
+            .values()
+            .map(|tensor| tensor.numel() as i64)
+            .sum();
+        let full = phase == Phase::Warmup && settings.warmup.is_full(parameters);
+        if full {
+            policy.model.set_base_trainable(true);
+        } else {
+            policy.model.attach_lora(&LoraConfig {
+                r: settings.lora_r,
+                alpha: settings.lora_alpha,
+                dropout: settings.lora_dropout,
+                target_modules: LORA_TARGETS.iter().map(|&t| t.to_owned()).collect(),
+            })?;
+        }
+        let trainer = Trainer::new(
+            &policy.model,
+            TrainerConfig {
+                learning_rate,
+                weight_decay: settings.weight_decay,
+                max_grad_norm: Some(settings.max_grad_norm),
+                ..TrainerConfig::default()
+            },
+        )?;
+        Ok(Self {
+            policy,
+            trainer,
+            full,
+        })
+    }
+
+    fn save_state(&self, dir: &Path) -> anyhow::Result<()> {
+        Ok(self.trainer.save_state(&self.policy.model, dir)?)
+    }
+
+    fn load_state(&mut self, dir: &Path) -> anyhow::Result<()> {
+        Ok(self.trainer.load_state(&self.policy.model, dir)?)
+    }
+
+    /// The warm-up model as a Hugging Face checkpoint in `dir` (LoRA adapters merged in).
+    fn save_model(&self, settings: &TrainSettings, dir: &Path) -> anyhow::Result<()> {
+        let store = self.policy.model.var_store();
+        if self.full {
+            save_checkpoint(store, &settings.model, dir, DEFAULT_MAX_SHARD_BYTES)?;
+        } else {
+            let config = adapter_config(settings, &settings.model);
+            save_merged_checkpoint(
+                store,
+                &config,
+                &settings.model,
+                dir,
+                DEFAULT_MAX_SHARD_BYTES,
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// What every step reads.
@@ -413,7 +504,6 @@ struct Loop<'a> {
     settings: &'a TrainSettings,
     estimator: Estimator,
     grader: &'a Grader,
-    policy: &'a ChatPolicy,
     prompts: &'a [PromptTokens<'a>],
     sft_examples: &'a [SftExample],
     rl_order: EpochOrder,
@@ -424,7 +514,7 @@ struct Loop<'a> {
 impl Loop<'_> {
     fn warmup_step(
         &mut self,
-        trainer: &mut LoraTrainer,
+        learner: &mut Learner,
         step: u64,
         learning_rate: f64,
     ) -> Result<StepMetrics, StepFailure> {
@@ -441,12 +531,11 @@ impl Loop<'_> {
                 sampling_logprobs: None,
             })
             .collect();
-        let packed = pack(
-            &sequences,
-            self.policy.pad_id,
-            self.policy.model.runtime().device,
-        )?;
-        let stats = trainer.supervised_step(&self.policy.model, &packed.batch)?;
+        let policy = &learner.policy;
+        let packed = pack(&sequences, policy.pad_id, policy.model.runtime().device)?;
+        let stats = learner
+            .trainer
+            .supervised_step(&policy.model, &packed.batch)?;
         let seconds = started.elapsed().as_secs_f64();
         Ok(StepMetrics {
             step,
@@ -464,13 +553,14 @@ impl Loop<'_> {
 
     fn rl_step(
         &mut self,
-        trainer: &mut LoraTrainer,
+        learner: &mut Learner,
         step: u64,
         learning_rate: f64,
         rollbacks: u32,
     ) -> Result<StepMetrics, StepFailure> {
         let started = Instant::now();
         let settings = self.settings;
+        let policy = &learner.policy;
         let (n, k) = (settings.n, settings.k);
         let per_step = settings.prompts_per_step as u64;
         let rl_index = step - settings.sft_steps;
@@ -482,16 +572,11 @@ impl Loop<'_> {
         request.num_samples = n;
         request.max_new_tokens = settings.max_new_tokens;
         request.temperature = settings.temperature;
-        request.eos_token_ids = self
-            .policy
-            .stop_ids
-            .iter()
-            .copied()
-            .collect::<BTreeSet<_>>();
-        request.pad_token_id = self.policy.pad_id;
+        request.eos_token_ids = policy.stop_ids.iter().copied().collect::<BTreeSet<_>>();
+        request.pad_token_id = policy.pad_id;
         request.seed = derive_seed(&[settings.seed, Stream::Sampling as u64, step]);
         request.prompt_keys = Some(picks.iter().map(|p| p.key).collect());
-        let generation = generate(&self.policy.model, &request).map_err(anyhow::Error::from)?;
+        let generation = generate(&policy.model, &request).map_err(anyhow::Error::from)?;
 
         let verdict_key = derive_seed(&[settings.seed, Stream::Verdicts as u64, step]);
         let mut advantages = Vec::with_capacity(picks.len() * n);
@@ -504,7 +589,7 @@ impl Loop<'_> {
             let mut accepted = Vec::with_capacity(n);
             let mut ids: HashMap<String, u32> = HashMap::new();
             for sample in samples {
-                let text = self.policy.decode(&sample.tokens);
+                let text = policy.decode(&sample.tokens);
                 let verdict = self.grader.grade(pick.prompt, &text, verdict_key);
                 let answer = match &verdict.answer {
                     Some(answer) => {
@@ -550,7 +635,7 @@ impl Loop<'_> {
         let keep: Vec<usize> = (0..picks.len())
             .filter(|&g| signal_groups[g] || !settings.skip_zero_advantage_groups)
             .collect();
-        let device = self.policy.model.runtime().device;
+        let device = policy.model.runtime().device;
         let sequences: Vec<Sequence<'_>> = picks
             .iter()
             .enumerate()
@@ -564,9 +649,9 @@ impl Loop<'_> {
                     })
             })
             .collect();
-        let packed = pack(&sequences, self.policy.pad_id, device)?;
+        let packed = pack(&sequences, policy.pad_id, device)?;
         let reference = reference_logprobs(
-            &self.policy.model,
+            &policy.model,
             &packed.batch.input_ids,
             packed.batch.attention_mask.as_ref(),
             &packed.batch.completion_mask,
@@ -624,15 +709,17 @@ impl Loop<'_> {
             };
             let poison = self.hooks.nan_loss_at == Some(step) && rollbacks == 0;
             let mut loss_stats = None;
-            let stats = trainer.step(&self.policy.model, &sub_batch, |logprobs, mask| {
-                let (loss, stats) = policy_loss(logprobs, mask, &inputs, &config)?;
-                loss_stats = Some(stats);
-                Ok(if poison {
-                    loss.f_mul_scalar(f64::NAN)?
-                } else {
-                    loss
-                })
-            })?;
+            let stats = learner
+                .trainer
+                .step(&policy.model, &sub_batch, |logprobs, mask| {
+                    let (loss, stats) = policy_loss(logprobs, mask, &inputs, &config)?;
+                    loss_stats = Some(stats);
+                    Ok(if poison {
+                        loss.f_mul_scalar(f64::NAN)?
+                    } else {
+                        loss
+                    })
+                })?;
             loss = stats.loss;
             grad_norm = stats.grad_norm;
             tokens = stats.tokens;

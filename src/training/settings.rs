@@ -41,6 +41,35 @@ pub enum LrSchedule {
     Cosine,
 }
 
+/// `--warmup`: what the supervised warm-up trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum WarmupMode {
+    /// Every weight for models up to 100M parameters, LoRA adapters above.
+    Auto,
+    /// Every weight (AdamW state: 8 bytes per parameter in f32).
+    Full,
+    /// LoRA adapters on the frozen base, merged into it at the end of the warm-up.
+    Lora,
+}
+
+/// Up to this many parameters `--warmup auto` trains every weight. Measured on the tiny preset
+/// (0.9M parameters, random init): a LoRA warm-up of 150 steps left the NLL per token at 4.76 and
+/// not one sampled completion parsed; a randomly initialised model has no features for low-rank
+/// adapters to steer. Pre-trained models of 100M+ parameters know the format's syntax already.
+pub const AUTO_FULL_WARMUP_MAX_PARAMETERS: i64 = 100_000_000;
+
+impl WarmupMode {
+    /// Whether a model of `parameters` parameters warms up fully.
+    pub fn is_full(self, parameters: i64) -> bool {
+        match self {
+            WarmupMode::Auto => parameters <= AUTO_FULL_WARMUP_MAX_PARAMETERS,
+            WarmupMode::Full => true,
+            WarmupMode::Lora => false,
+        }
+    }
+}
+
 /// Everything a run needs besides its data and model files' contents.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -62,6 +91,8 @@ pub struct TrainSettings {
     pub sft_steps: u64,
     /// Examples per warm-up step.
     pub sft_batch: usize,
+    /// What the warm-up trains.
+    pub warmup: WarmupMode,
     pub grader: GraderKind,
     pub world_seed: u64,
     pub world_outcomes: usize,
@@ -243,6 +274,7 @@ pub(crate) mod tests {
             steps: 10,
             sft_steps: 5,
             sft_batch: 8,
+            warmup: WarmupMode::Auto,
             grader: GraderKind::World,
             world_seed: 1,
             world_outcomes: 20_000,

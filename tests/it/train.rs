@@ -126,21 +126,23 @@ async fn killed_runs_resume_to_the_same_metrics_as_an_uninterrupted_run() {
         .count();
     assert!(updates > 0, "no RL step updated the policy: {expected:?}");
 
-    // SIGKILL in the middle of writing step 6's checkpoint (adapters written, optimizer not).
+    // SIGKILL in the middle of writing step 4's checkpoint, the first of RL (the warm-up model is
+    // written, RL's adapters too, their optimizer state not): the resume redoes warm-up steps 2
+    // and 3 from the full-weight checkpoint of step 2 and rewrites the warm-up model.
     let in_checkpoint = root.path().join("in-checkpoint");
     let output = train_command(fixture, &in_checkpoint)
         .arg("--no-record")
-        .env("ARC_REC_TEST_KILL_IN_CHECKPOINT", "6")
+        .env("ARC_REC_TEST_KILL_IN_CHECKPOINT", "4")
         .output()
         .unwrap();
     assert_eq!(output.status.signal(), Some(9), "{output:?}");
     assert!(
         in_checkpoint
-            .join("checkpoints/.tmp-step-00000006")
+            .join("checkpoints/.tmp-step-00000004")
             .is_dir()
     );
     let stdout = run(&mut resume_command(fixture, &in_checkpoint));
-    assert!(stdout.contains("resuming at step 4"), "{stdout}");
+    assert!(stdout.contains("resuming at step 2"), "{stdout}");
     assert_eq!(timeless(&in_checkpoint), expected);
 
     // SIGKILL from outside at whatever point the run has reached after its first RL steps.
@@ -180,7 +182,8 @@ async fn killed_runs_resume_to_the_same_metrics_as_an_uninterrupted_run() {
         for file in [
             "adapter/adapter_config.json",
             "adapter/adapter_model.safetensors",
-            "warmup-adapter/adapter_model.safetensors",
+            "warmup-model/model.safetensors",
+            "warmup-model/tokenizer.json",
             "curves.png",
             "summary.json",
             "config.json",

@@ -22,7 +22,7 @@ use tch::{Device, Kind, Tensor};
 use crate::device::Runtime;
 use crate::generate::{FinishedRows, GenerateError, GenerationRequest, generate};
 use crate::model::{Architecture, CausalLm, Config, LoraConfig, ModelError, Rope, RopeScaling};
-use crate::train_step::{LoraTrainer, TrainBatch, TrainError, TrainerConfig};
+use crate::train_step::{TrainBatch, TrainError, Trainer, TrainerConfig};
 
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
@@ -293,7 +293,7 @@ pub fn train_step_throughput(
         max_grad_norm: None,
         ..TrainerConfig::default()
     };
-    let mut trainer = LoraTrainer::new(model, config)?;
+    let mut trainer = Trainer::new(model, config)?;
     let mut losses = Vec::with_capacity(warmup + steps);
     let throughput = measure(device, warmup, steps, batch * seq_len, || {
         let stats = trainer.supervised_step(model, &train_batch)?;

@@ -130,7 +130,7 @@ pub struct Sequence<'a> {
     pub sampling_logprobs: Option<&'a [f32]>,
 }
 
-/// Sequences packed for [`crate::train_step::LoraTrainer::step`].
+/// Sequences packed for [`crate::train_step::Trainer::step`].
 #[derive(Debug)]
 pub struct PackedBatch {
     pub batch: TrainBatch,

@@ -148,7 +148,7 @@ pub fn head_logprobs(
 /// arguments.
 ///
 /// Autograd keeps each chunk's f32 log-softmax for the backward pass, so the saved activations are
-/// `n × vocab × 4` bytes for n scored tokens; [`crate::train_step::LoraTrainer`] avoids that by
+/// `n × vocab × 4` bytes for n scored tokens; [`crate::train_step::Trainer`] avoids that by
 /// recomputing the head chunk by chunk in its backward pass.
 pub fn sequence_logprobs(
     model: &CausalLm,

@@ -977,16 +977,40 @@ pub fn save_merged_checkpoint(
     out_dir: &Path,
     max_shard_bytes: u64,
 ) -> Result<(), PeftError> {
+    write_checkpoint(vs, Some(config), source_dir, out_dir, max_shard_bytes)
+}
+
+/// Writes the base weights as they are (a model without adapters, e.g. after full fine-tuning) as
+/// a Hugging Face checkpoint, like [`save_merged_checkpoint`] does with adapters merged in.
+pub fn save_checkpoint(
+    vs: &VarStore,
+    source_dir: &Path,
+    out_dir: &Path,
+    max_shard_bytes: u64,
+) -> Result<(), PeftError> {
+    write_checkpoint(vs, None, source_dir, out_dir, max_shard_bytes)
+}
+
+fn write_checkpoint(
+    vs: &VarStore,
+    adapters: Option<&AdapterConfig>,
+    source_dir: &Path,
+    out_dir: &Path,
+    max_shard_bytes: u64,
+) -> Result<(), PeftError> {
     let model_config = source_dir.join("config.json");
     if !model_config.is_file() {
         return Err(PeftError::MissingModelConfig { path: model_config });
     }
-    let targets = merge_targets(vs, config)?;
+    let targets = match adapters {
+        Some(config) => merge_targets(vs, config)?,
+        None => Vec::new(),
+    };
     let targets: HashMap<String, &MergeTarget> = targets
         .iter()
         .map(|target| (format!("{}.weight", target.module), target))
         .collect();
-    let scaling = config.scaling();
+    let scaling = adapters.map_or(1.0, AdapterConfig::scaling);
 
     prepare_empty_dir(out_dir)?;
     let lora_suffixes = [format!(".{LORA_A}.weight"), format!(".{LORA_B}.weight")];

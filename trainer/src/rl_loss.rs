@@ -1,5 +1,5 @@
 //! The policy-gradient loss of an RL step over sampled completions, as a function of the
-//! per-token policy log-probs (what [`crate::train_step::LoraTrainer::step`] hands a loss).
+//! per-token policy log-probs (what [`crate::train_step::Trainer::step`] hands a loss).
 //!
 //! With one advantage A_i per completion (from the `objectives` crate) the loss is
 //!

@@ -1,5 +1,6 @@
-//! One LoRA optimisation step: policy log-probs, a loss over them, backward, gradient-norm clipping
-//! and AdamW over the adapters only (the base weights are frozen and never reach the optimizer).
+//! One optimisation step: policy log-probs, a loss over them, backward, gradient-norm clipping and
+//! AdamW over the model's trainable variables: its LoRA adapters (the base frozen, the usual case),
+//! or every weight after [`CausalLm::set_base_trainable`] (full fine-tuning of small models).
 //!
 //! The backward pass recomputes the LM head chunk by chunk instead of keeping every chunk's
 //! `[chunk, vocab]` f32 log-softmax alive for autograd: the forward computes the log-probs without
@@ -28,13 +29,13 @@ pub enum TrainError {
     /// The trainer's settings are unusable.
     #[error("trainer config: {0}")]
     Config(String),
-    /// The model has nothing to train, or trainable variables that are not LoRA adapters.
+    /// The model has nothing to train, or its saved state does not match its trainable variables.
     #[error("trainable variables: {0}")]
     Trainable(String),
     /// The batch scores no token or the loss is unusable.
     #[error("training batch: {0}")]
     Batch(String),
-    /// Optimizer or adapter state could not be saved or restored.
+    /// Optimizer or parameter state could not be saved or restored.
     #[error(transparent)]
     State(#[from] OptimizerStateError),
     /// The loss or the gradient norm is NaN or infinite; the step was not applied.
@@ -59,9 +60,9 @@ pub struct TrainerConfig {
     pub beta2: f64,
     /// AdamW ε.
     pub eps: f64,
-    /// Decoupled weight decay on the adapters.
+    /// Decoupled weight decay on the trainable variables.
     pub weight_decay: f64,
-    /// Clip the global L2 norm of the adapters' gradients to this; `None` disables clipping (the
+    /// Clip the global L2 norm of the gradients to this; `None` disables clipping (the
     /// norm is still measured and reported).
     pub max_grad_norm: Option<f64>,
     /// Scored tokens per LM-head chunk (see [`DEFAULT_CHUNK_TOKENS`]).
@@ -138,50 +139,37 @@ pub struct TrainBatch {
 pub struct StepStats {
     /// The loss before the update.
     pub loss: f64,
-    /// Global L2 norm of the adapters' gradients before clipping.
+    /// Global L2 norm of the gradients before clipping.
     pub grad_norm: f64,
     /// Tokens the loss scored.
     pub tokens: i64,
 }
 
-/// File of [`LoraTrainer::save_state`] holding the adapters' values.
-pub const ADAPTER_STATE_FILE: &str = "adapters.safetensors";
-/// File of [`LoraTrainer::save_state`] holding AdamW's moments and step count.
+/// File of [`Trainer::save_state`] holding the trainable variables' values (the adapters, or every
+/// weight when fine-tuning fully).
+pub const TRAINABLE_STATE_FILE: &str = "trainable.safetensors";
+/// File of [`Trainer::save_state`] holding AdamW's moments and step count.
 pub const OPTIMIZER_STATE_FILE: &str = "optimizer.safetensors";
 
-/// AdamW over a model's LoRA adapters.
+/// AdamW over a model's trainable variables.
 #[derive(Debug)]
-pub struct LoraTrainer {
-    /// Over the adapters, by variable name (sorted), so its state can be saved and restored.
+pub struct Trainer {
+    /// Over the trainable variables, by name (sorted), so its state can be saved and restored.
     optimizer: AdamW,
     config: TrainerConfig,
 }
 
-impl LoraTrainer {
-    /// An optimizer over `model`'s trainable variables, which must all be LoRA adapters (attach them
-    /// first with [`CausalLm::attach_lora`]).
+impl Trainer {
+    /// An optimizer over `model`'s trainable variables: attach LoRA adapters first
+    /// ([`CausalLm::attach_lora`]) to train them alone, or make the base trainable
+    /// ([`CausalLm::set_base_trainable`]) to train every weight.
     pub fn new(model: &CausalLm, config: TrainerConfig) -> Result<Self, TrainError> {
         config.validate()?;
-        let store = model.var_store();
         let trainable = named_trainable(model);
         if trainable.is_empty() {
             return Err(TrainError::Trainable(
-                "the model has no trainable variables; attach LoRA adapters first".into(),
+                "the model has no trainable variables; attach LoRA adapters or make the base trainable first".into(),
             ));
-        }
-        let lora_count = store
-            .variables()
-            .iter()
-            .filter(|(name, tensor)| {
-                tensor.requires_grad()
-                    && (name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight"))
-            })
-            .count();
-        if lora_count != trainable.len() {
-            return Err(TrainError::Trainable(format!(
-                "{} trainable variables but only {lora_count} are LoRA adapters; base weights must stay frozen",
-                trainable.len()
-            )));
         }
         let optimizer = AdamW::new(
             trainable,
@@ -201,31 +189,32 @@ impl LoraTrainer {
         self.optimizer.steps()
     }
 
-    /// Writes the adapters' values ([`ADAPTER_STATE_FILE`]) and AdamW's state
+    /// Writes the trainable variables' values ([`TRAINABLE_STATE_FILE`]) and AdamW's state
     /// ([`OPTIMIZER_STATE_FILE`]) into `dir`, exactly (no dtype conversion), for resuming.
     pub fn save_state(&self, model: &CausalLm, dir: &Path) -> Result<(), TrainError> {
-        let adapters = named_trainable(model);
-        Tensor::write_safetensors(&adapters, dir.join(ADAPTER_STATE_FILE))?;
+        let trainable = named_trainable(model);
+        Tensor::write_safetensors(&trainable, dir.join(TRAINABLE_STATE_FILE))?;
         self.optimizer.save(&dir.join(OPTIMIZER_STATE_FILE))?;
         Ok(())
     }
 
-    /// Restores what [`Self::save_state`] wrote into the model's adapters and the optimizer.
+    /// Restores what [`Self::save_state`] wrote into the model's trainable variables and the
+    /// optimizer.
     pub fn load_state(&mut self, model: &CausalLm, dir: &Path) -> Result<(), TrainError> {
-        let path = dir.join(ADAPTER_STATE_FILE);
+        let path = dir.join(TRAINABLE_STATE_FILE);
         let stored: std::collections::HashMap<String, Tensor> =
             Tensor::read_safetensors(&path)?.into_iter().collect();
-        let adapters = named_trainable(model);
-        if stored.len() != adapters.len() {
+        let trainable = named_trainable(model);
+        if stored.len() != trainable.len() {
             return Err(TrainError::Trainable(format!(
-                "{} holds {} tensors but the model has {} adapters",
+                "{} holds {} tensors but the model has {} trainable variables",
                 path.display(),
                 stored.len(),
-                adapters.len()
+                trainable.len()
             )));
         }
         tch::no_grad(|| {
-            for (name, tensor) in &adapters {
+            for (name, tensor) in &trainable {
                 let value = stored.get(name).ok_or_else(|| {
                     TrainError::Trainable(format!("{} has no {name}", path.display()))
                 })?;
@@ -278,7 +267,7 @@ impl LoraTrainer {
 
     /// One step with any loss of the policy log-probs: `loss_fn(logprobs, scored_mask)` gets the
     /// `[b, t - 1]` f32 log-probs (differentiable) and the matching 0/1 mask of scored positions,
-    /// and returns a scalar. The gradients are clipped, AdamW updates the adapters and the
+    /// and returns a scalar. The gradients are clipped, AdamW updates the trainable variables and the
     /// gradients are cleared. A non-finite loss or gradient norm skips the update and errs.
     pub fn step<F>(
         &mut self,
@@ -338,7 +327,7 @@ impl LoraTrainer {
             .collect();
         if grads.is_empty() {
             return Err(TrainError::Batch(
-                "the loss produced no gradient for any adapter".into(),
+                "the loss produced no gradient for any trainable variable".into(),
             ));
         }
         tch::no_grad(|| {
@@ -360,7 +349,7 @@ impl LoraTrainer {
     }
 }
 
-/// The model's trainable variables (its adapters) by name, sorted: the optimizer's parameters in
+/// The model's trainable variables by name, sorted: the optimizer's parameters in
 /// the order its state is saved.
 fn named_trainable(model: &CausalLm) -> Vec<(String, Tensor)> {
     let mut trainable: Vec<(String, Tensor)> = model
@@ -381,7 +370,7 @@ pub fn masked_mean_nll(logprobs: &Tensor, scored_mask: &Tensor) -> Result<Tensor
     Ok(total.f_neg()?.f_div(&count)?)
 }
 
-/// Runs the forward, `loss_fn` and the backward pass, leaving the adapters' gradients in their
+/// Runs the forward, `loss_fn` and the backward pass, leaving the trainable variables. gradients in their
 /// `.grad()`; returns the loss and the number of scored tokens. The LM head is run twice per chunk
 /// (without a graph for the loss, with one for its backward) so at most one chunk's logits are held
 /// for autograd at any time.

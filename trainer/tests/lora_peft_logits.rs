@@ -10,7 +10,7 @@ use tch::{Kind, Tensor};
 use trainer::device::{DeviceRequest, Runtime};
 use trainer::model::{CausalLm, LORA_TARGETS, Logits, LoraConfig};
 use trainer::peft::{AdapterConfig, merge_adapters, save_adapter};
-use trainer::train_step::{LoraTrainer, TrainBatch, TrainerConfig};
+use trainer::train_step::{TrainBatch, Trainer, TrainerConfig};
 
 const FIXTURES: [&str; 2] = ["tiny-qwen2", "tiny-llama"];
 const RANK: i64 = 4;
@@ -161,7 +161,7 @@ fn train_and_save(name: &'static str, prompts: &[Vec<i64>], adapter_dir: &Path) 
         learning_rate: 1e-2,
         ..TrainerConfig::default()
     };
-    let mut trainer = LoraTrainer::new(&model, config).unwrap();
+    let mut trainer = Trainer::new(&model, config).unwrap();
     let batch = training_batch(prompts);
     let losses: Vec<f64> = (0..STEPS)
         .map(|_| trainer.supervised_step(&model, &batch).unwrap().loss)

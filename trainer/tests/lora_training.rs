@@ -1,6 +1,7 @@
 //! The LoRA training path on the tiny fixtures: chunked log-probs equal a full log-softmax, the
 //! reference policy ignores the adapters, the trainer's recomputed-head backward equals plain
-//! autograd, AdamW moves only the adapters, and gradient clipping scales the update.
+//! autograd, AdamW moves only the adapters (or, fully fine-tuning, every weight, which then saves as
+//! a checkpoint that loads back to the same logits), and gradient clipping scales the update.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use trainer::device::{DeviceRequest, Runtime};
 use trainer::logprobs::{reference_logprobs, score_logprobs, sequence_logprobs_chunked};
 use trainer::model::{CausalLm, LoraConfig};
 use trainer::train_step::{
-    LoraTrainer, TrainBatch, TrainError, TrainerConfig, accumulate_gradients, masked_mean_nll,
+    TrainBatch, TrainError, Trainer, TrainerConfig, accumulate_gradients, masked_mean_nll,
 };
 
 const FIXTURES: [&str; 2] = ["tiny-qwen2", "tiny-llama"];
@@ -243,7 +244,7 @@ fn adamw_steps_move_only_the_adapters_and_lower_the_loss() {
             learning_rate: 1e-2,
             ..TrainerConfig::default()
         };
-        let mut trainer = LoraTrainer::new(&model, config).unwrap();
+        let mut trainer = Trainer::new(&model, config).unwrap();
         let lora_values: usize = model
             .var_store()
             .variables()
@@ -273,6 +274,62 @@ fn adamw_steps_move_only_the_adapters_and_lower_the_loss() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn full_fine_tuning_moves_every_weight_and_saves_a_checkpoint_that_loads_back() {
+    for name in FIXTURES {
+        let model = load(name);
+        let before: BTreeMap<String, Tensor> = model
+            .var_store()
+            .variables()
+            .into_iter()
+            .map(|(variable, tensor)| (variable, tensor.copy()))
+            .collect();
+        model.set_base_trainable(true);
+        let config = TrainerConfig {
+            learning_rate: 1e-2,
+            ..TrainerConfig::default()
+        };
+        let mut trainer = Trainer::new(&model, config).unwrap();
+        let all: usize = before.values().map(Tensor::numel).sum();
+        assert_eq!(trainer.trainable_parameters(), all as i64);
+        let batch = batch(name);
+        let stats: Vec<_> = (0..4)
+            .map(|_| trainer.supervised_step(&model, &batch).unwrap())
+            .collect();
+        assert!(
+            stats[3].loss < stats[0].loss - 0.1,
+            "{name}: loss {:?}",
+            stats.iter().map(|s| s.loss).collect::<Vec<_>>()
+        );
+        for (variable, tensor) in model.var_store().variables() {
+            // Every projection, norm and the embeddings receive gradients and move.
+            assert!(
+                !tensor.equal(&before[&variable]),
+                "{name}: {variable} did not move"
+            );
+        }
+
+        model.set_base_trainable(false);
+        assert!(matches!(
+            Trainer::new(&model, TrainerConfig::default()),
+            Err(TrainError::Trainable(_))
+        ));
+        let out = tempfile::tempdir().unwrap();
+        let saved = out.path().join("model");
+        trainer::peft::save_checkpoint(model.var_store(), &fixture_dir(name), &saved, 1 << 30)
+            .unwrap();
+        let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
+        let (reloaded, _) = CausalLm::from_pretrained(&saved, runtime).unwrap();
+        let ours = full_logprobs(&model, &batch);
+        let theirs = full_logprobs(&reloaded, &batch);
+        assert_eq!(
+            max_abs(&ours, &theirs),
+            0.0,
+            "{name}: reloaded logits differ"
+        );
     }
 }
 
@@ -310,7 +367,7 @@ fn clipping_scales_the_update_when_adam_is_linear_in_the_gradient() {
             max_grad_norm,
             ..TrainerConfig::default()
         };
-        let mut trainer = LoraTrainer::new(&model, config).unwrap();
+        let mut trainer = Trainer::new(&model, config).unwrap();
         let stats = trainer.supervised_step(&model, &batch).unwrap();
         let squares: f64 = model
             .var_store()
@@ -341,11 +398,11 @@ fn trainer_rejects_models_without_adapters_and_batches_without_scored_tokens() {
     let name = "tiny-llama";
     let model = load(name);
     assert!(matches!(
-        LoraTrainer::new(&model, TrainerConfig::default()),
+        Trainer::new(&model, TrainerConfig::default()),
         Err(TrainError::Trainable(_))
     ));
     let model = adapted(name, 5);
-    let mut trainer = LoraTrainer::new(&model, TrainerConfig::default()).unwrap();
+    let mut trainer = Trainer::new(&model, TrainerConfig::default()).unwrap();
     let mut empty = batch(name);
     empty.completion_mask = empty.completion_mask.zeros_like();
     let error = trainer.supervised_step(&model, &empty).unwrap_err();
@@ -355,7 +412,7 @@ fn trainer_rejects_models_without_adapters_and_batches_without_scored_tokens() {
         ..TrainerConfig::default()
     };
     assert!(matches!(
-        LoraTrainer::new(&model, bad),
+        Trainer::new(&model, bad),
         Err(TrainError::Config(_))
     ));
 }

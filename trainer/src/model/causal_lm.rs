@@ -165,6 +165,16 @@ impl CausalLm {
         Ok(())
     }
 
+    /// Makes every base weight trainable (`true`: full fine-tuning, the optimizer then sees them)
+    /// or frozen again (`false`); LoRA adapters keep their own flag.
+    pub fn set_base_trainable(&self, trainable: bool) {
+        for (name, tensor) in self.var_store.variables() {
+            if !(name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight")) {
+                let _ = tensor.set_requires_grad(trainable);
+            }
+        }
+    }
+
     /// The switch shared by all adapters: `set_enabled(false)` makes forwards compute the frozen
     /// base model (the reference policy) until it is turned back on.
     pub fn adapters(&self) -> &AdapterSwitch {
