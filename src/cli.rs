@@ -63,6 +63,10 @@ pub enum Command {
     /// pass@k-aware policy-gradient steps (resumable run directory).
     #[cfg(feature = "rft")]
     Train(crate::commands::train::TrainArgs),
+    /// Compare a run's base, warm-up and RL models on the held-out prompts: pass@k and maj@k
+    /// for k = 1..n, format validity and, with the world grader, true acceptance (no database).
+    #[cfg(feature = "rft")]
+    Eval(crate::commands::eval::EvalArgs),
 }
 
 /// `arc-rec db ...`.

@@ -71,6 +71,10 @@ async fn run_command(cli: &Cli, metrics: &telemetry::Metrics) -> anyhow::Result<
         // checkpoints make an interrupt safe, so Ctrl-C keeps its default meaning.
         #[cfg(feature = "rft")]
         Command::Train(args) => return commands::train::run(args, &cli.database).await,
+        #[cfg(feature = "rft")]
+        Command::Eval(args) => {
+            return tokio::task::block_in_place(|| commands::eval::run(args));
+        }
         _ => {}
     }
     let database = commands::open_database(&cli.database).await?;
@@ -134,6 +138,8 @@ async fn dispatch(
         // These are run by `run_command` itself (no database, or their own signal handling).
         Command::Serve(_) | Command::Db(_) => anyhow::bail!("not dispatched here"),
         #[cfg(feature = "rft")]
-        Command::Model(_) | Command::Train(_) => anyhow::bail!("not dispatched here"),
+        Command::Model(_) | Command::Train(_) | Command::Eval(_) => {
+            anyhow::bail!("not dispatched here")
+        }
     }
 }

@@ -7,6 +7,8 @@ pub mod bench_model;
 pub mod bench_paper_bandit;
 pub mod bench_serve;
 pub mod cluster;
+#[cfg(feature = "rft")]
+pub mod eval;
 pub mod export;
 pub mod ingest;
 pub mod keys;

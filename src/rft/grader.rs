@@ -32,6 +32,16 @@ pub enum GraderKind {
     World,
 }
 
+impl GraderKind {
+    /// The `--grader` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GraderKind::Logged => "logged",
+            GraderKind::World => "world",
+        }
+    }
+}
+
 /// What a grader says about one completion.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {

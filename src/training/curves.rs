@@ -38,7 +38,7 @@ pub fn write_curves(path: &Path, lines: &[MetricsLine]) -> Result<(), PlotError>
             ],
         ),
         panel(
-            "KL to the base and entropy (per token)",
+            "KL to the warm-up model and entropy (per token)",
             "nats",
             vec![
                 rl_series("KL", |rl| rl.kl),

@@ -100,18 +100,7 @@ impl RunDir {
     /// (`None`: the run never checkpointed and starts over). `metrics.jsonl` is cut back to the
     /// checkpoint's lines.
     pub fn resume(root: &Path) -> anyhow::Result<(Self, TrainSettings, Option<Checkpoint>)> {
-        let config_path = root.join(CONFIG_FILE);
-        if !config_path.is_file() {
-            bail!(
-                "--resume {}: no {CONFIG_FILE}; not a run directory of `arc-rec train`",
-                root.display()
-            );
-        }
-        let bytes = fs::read(&config_path)
-            .with_context(|| format!("cannot read {}", config_path.display()))?;
-        let settings: TrainSettings = serde_json::from_slice(&bytes).with_context(|| {
-            format!("{} is not a valid run configuration", config_path.display())
-        })?;
+        let settings = read_settings(root, "--resume")?;
         let checkpoints = root.join(CHECKPOINTS_DIR);
         fs::create_dir_all(&checkpoints)?;
         let latest = latest_checkpoint(&checkpoints)?;
@@ -332,7 +321,23 @@ fn truncate_lines(path: &Path, lines: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+/// The settings a run directory was created with; `flag` names the argument that gave `root`.
+pub fn read_settings(root: &Path, flag: &str) -> anyhow::Result<TrainSettings> {
+    let config_path = root.join(CONFIG_FILE);
+    if !config_path.is_file() {
+        bail!(
+            "{flag} {}: no {CONFIG_FILE}; not a run directory of `arc-rec train`",
+            root.display()
+        );
+    }
+    let bytes =
+        fs::read(&config_path).with_context(|| format!("cannot read {}", config_path.display()))?;
+    serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a valid run configuration", config_path.display()))
+}
+
+/// Writes `path` through a synced temporary file and a rename, so it is whole or absent.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let parent = path.parent().unwrap_or(Path::new("."));
     let mut temp = tempfile::NamedTempFile::new_in(parent)
         .with_context(|| format!("cannot write in {}", parent.display()))?;

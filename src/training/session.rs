@@ -8,7 +8,6 @@
 //! (`--seed`, epoch). A checkpoint therefore needs only the adapters, AdamW's state, the step and
 //! the learning-rate scale to continue exactly as an uninterrupted run would.
 
-use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -20,7 +19,6 @@ use rand_chacha::ChaCha8Rng;
 use objectives::{Estimator, Group, carries_signal, estimate};
 use trainer::chat_policy::{ChatPolicy, Sequence, pack};
 use trainer::device::Runtime;
-use trainer::generate::{GenerationRequest, generate};
 use trainer::logprobs::reference_logprobs;
 use trainer::model::{LORA_TARGETS, LoraConfig};
 use trainer::peft::{
@@ -31,10 +29,10 @@ use trainer::tch::{self, Tensor};
 use trainer::train_step::{TrainError, Trainer, TrainerConfig};
 
 use super::metrics::{MetricsLine, Phase, RlMetrics, Rollback, StepMetrics};
+use super::rollout::{PromptTokens, Sampling, rollout, tokenize_prompts};
 use super::run_dir::{Checkpoint, CheckpointState, FINAL_ADAPTER_DIR, RunDir, WARMUP_MODEL_DIR};
 use super::settings::TrainSettings;
 use crate::export::Split;
-use crate::export::example::SYSTEM_PROMPT;
 use crate::rft::{Grader, GraderKind, RftDataset, RftPrompt};
 use crate::world::WorldParams;
 
@@ -79,7 +77,7 @@ enum Stream {
 }
 
 /// SplitMix64 over the parts: a well-mixed seed for each (stream, step, …).
-fn derive_seed(parts: &[u64]) -> u64 {
+pub(super) fn derive_seed(parts: &[u64]) -> u64 {
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     for &part in parts {
         state ^= part;
@@ -123,15 +121,6 @@ impl EpochOrder {
             .as_ref()
             .map_or(0, |(_, order)| order[(position % len) as usize])
     }
-}
-
-/// A train-split prompt with its tokens.
-#[derive(Debug)]
-struct PromptTokens<'a> {
-    prompt: &'a RftPrompt,
-    ids: Vec<i64>,
-    /// Index in the data set (keys its sampling streams).
-    key: u64,
 }
 
 /// A warm-up example: a prompt and one accepted completion as target tokens.
@@ -198,22 +187,7 @@ pub fn train(
     let start_step = start.as_ref().map_or(0, |(_, state)| state.step);
     let mut learner = Learner::open(settings, runtime, phase_of(start_step), &run)?;
     let policy = &learner.policy;
-    let key_of: HashMap<&str, u64> = dataset
-        .prompts
-        .iter()
-        .enumerate()
-        .map(|(index, prompt)| (prompt.id.as_str(), index as u64))
-        .collect();
-    let prompts = train_prompts
-        .iter()
-        .map(|&prompt| {
-            Ok(PromptTokens {
-                prompt,
-                ids: policy.prompt_ids(SYSTEM_PROMPT, &prompt.user_turn)?,
-                key: key_of.get(prompt.id.as_str()).copied().unwrap_or(0),
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let prompts = tokenize_prompts(policy, dataset, &train_prompts)?;
     let sft_examples = prompts
         .iter()
         .enumerate()
@@ -358,7 +332,7 @@ pub fn train(
             })?;
         }
     }
-    let base = rl_base(settings, &run);
+    let base = rl_base(settings, run.root());
     let final_adapter = run.replace_dir(FINAL_ADAPTER_DIR, |dir| {
         Ok(save_adapter(
             learner.policy.model.var_store(),
@@ -399,12 +373,22 @@ fn adapter_config(settings: &TrainSettings, base: &Path) -> AdapterConfig {
 
 /// The checkpoint RL's adapters sit on (and the KL reference): the warm-up model, or the base
 /// when there is no warm-up.
-fn rl_base(settings: &TrainSettings, run: &RunDir) -> PathBuf {
+pub(super) fn rl_base(settings: &TrainSettings, root: &Path) -> PathBuf {
     if settings.sft_steps > 0 {
-        std::path::absolute(run.root().join(WARMUP_MODEL_DIR))
-            .unwrap_or_else(|_| run.root().join(WARMUP_MODEL_DIR))
+        let dir = root.join(WARMUP_MODEL_DIR);
+        std::path::absolute(&dir).unwrap_or(dir)
     } else {
         settings.model.clone()
+    }
+}
+
+/// RL's adapters.
+pub(super) fn lora_config(settings: &TrainSettings) -> LoraConfig {
+    LoraConfig {
+        r: settings.lora_r,
+        alpha: settings.lora_alpha,
+        dropout: settings.lora_dropout,
+        target_modules: LORA_TARGETS.iter().map(|&t| t.to_owned()).collect(),
     }
 }
 
@@ -427,7 +411,7 @@ impl Learner {
     ) -> anyhow::Result<Self> {
         let (dir, learning_rate) = match phase {
             Phase::Warmup => (settings.model.clone(), settings.sft_learning_rate),
-            Phase::Rl => (rl_base(settings, run), settings.learning_rate),
+            Phase::Rl => (rl_base(settings, run.root()), settings.learning_rate),
         };
         // LoRA A's initial values come from libtorch's generator: seed it per phase so a fresh
         // start (and a resume that finds no checkpoint of the phase) draws the same adapters.
@@ -449,12 +433,7 @@ impl Learner {
         if full {
             policy.model.set_base_trainable(true);
         } else {
-            policy.model.attach_lora(&LoraConfig {
-                r: settings.lora_r,
-                alpha: settings.lora_alpha,
-                dropout: settings.lora_dropout,
-                target_modules: LORA_TARGETS.iter().map(|&t| t.to_owned()).collect(),
-            })?;
+            policy.model.attach_lora(&lora_config(settings))?;
         }
         let trainer = Trainer::new(
             &policy.model,
@@ -568,55 +547,34 @@ impl Loop<'_> {
             .map(|j| &self.prompts[self.rl_order.at(rl_index * per_step + j)])
             .collect();
 
-        let mut request = GenerationRequest::new(picks.iter().map(|p| p.ids.clone()).collect());
-        request.num_samples = n;
-        request.max_new_tokens = settings.max_new_tokens;
-        request.temperature = settings.temperature;
-        request.eos_token_ids = policy.stop_ids.iter().copied().collect::<BTreeSet<_>>();
-        request.pad_token_id = policy.pad_id;
-        request.seed = derive_seed(&[settings.seed, Stream::Sampling as u64, step]);
-        request.prompt_keys = Some(picks.iter().map(|p| p.key).collect());
-        let generation = generate(&policy.model, &request).map_err(anyhow::Error::from)?;
-
+        let sampling = Sampling {
+            n,
+            max_new_tokens: settings.max_new_tokens,
+            temperature: settings.temperature,
+            seed: derive_seed(&[settings.seed, Stream::Sampling as u64, step]),
+        };
         let verdict_key = derive_seed(&[settings.seed, Stream::Verdicts as u64, step]);
+        let rollout = rollout(policy, &picks, sampling, self.grader, verdict_key)?;
         let mut advantages = Vec::with_capacity(picks.len() * n);
         let mut signal_groups = Vec::with_capacity(picks.len());
         let mut batch = BatchFigures::default();
-        for (group, pick) in picks.iter().enumerate() {
-            let samples = &generation.samples[group * n..(group + 1) * n];
-            let mut rewards = Vec::with_capacity(n);
-            let mut answers = Vec::with_capacity(n);
-            let mut accepted = Vec::with_capacity(n);
-            let mut ids: HashMap<String, u32> = HashMap::new();
-            for sample in samples {
-                let text = policy.decode(&sample.tokens);
-                let verdict = self.grader.grade(pick.prompt, &text, verdict_key);
-                let answer = match &verdict.answer {
-                    Some(answer) => {
-                        let next = ids.len() as u32;
-                        *ids.entry(answer.clone()).or_insert(next)
-                    }
-                    // Each unparseable completion is an answer of its own (ids from n up never
-                    // meet the ids of parsed answers, which stay below n).
-                    None => (n + answers.len()) as u32,
-                };
-                batch.add_sample(&verdict, sample.tokens.len(), &sample.logprobs);
-                rewards.push(verdict.reward);
-                answers.push(answer);
-                accepted.push(if verdict.accepted { 1.0 } else { 0.0 });
+        for (index, group) in rollout.groups.iter().enumerate() {
+            for sample in &group.samples {
+                batch.add_sample(&sample.verdict, sample.tokens.len(), &sample.logprobs);
             }
+            let accepted = group.accepted();
             let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(&[
                 settings.seed,
                 Stream::TieBreak as u64,
                 step,
-                group as u64,
+                index as u64,
             ]));
             let group_advantages = self
                 .estimator
                 .advantages(
                     Group {
-                        rewards: &rewards,
-                        answers: &answers,
+                        rewards: &group.rewards(),
+                        answers: &group.answers,
                     },
                     &mut rng,
                 )
@@ -625,10 +583,9 @@ impl Loop<'_> {
             advantages.extend(group_advantages);
             let correct = accepted.iter().filter(|&&a| a > 0.0).count();
             batch.pass_at_k += estimate::pass_at_k(n, correct, k).map_err(anyhow::Error::from)?;
-            let classes = answers.iter().collect::<BTreeSet<_>>().len();
-            let mut priority: Vec<usize> = (0..classes).collect();
+            let mut priority: Vec<usize> = (0..group.answer_classes()).collect();
             priority.shuffle(&mut rng);
-            batch.maj_at_k += estimate::majority_at_k(&accepted, &answers, &priority, k)
+            batch.maj_at_k += estimate::majority_at_k(&accepted, &group.answers, &priority, k)
                 .map_err(anyhow::Error::from)?;
         }
 
@@ -638,15 +595,13 @@ impl Loop<'_> {
         let device = policy.model.runtime().device;
         let sequences: Vec<Sequence<'_>> = picks
             .iter()
-            .enumerate()
-            .flat_map(|(group, pick)| {
-                generation.samples[group * n..(group + 1) * n]
-                    .iter()
-                    .map(move |sample| Sequence {
-                        prompt: &pick.ids,
-                        completion: &sample.tokens,
-                        sampling_logprobs: Some(&sample.logprobs),
-                    })
+            .zip(&rollout.groups)
+            .flat_map(|(pick, group)| {
+                group.samples.iter().map(move |sample| Sequence {
+                    prompt: &pick.ids,
+                    completion: &sample.tokens,
+                    sampling_logprobs: Some(&sample.logprobs),
+                })
             })
             .collect();
         let packed = pack(&sequences, policy.pad_id, device)?;
@@ -758,7 +713,7 @@ impl Loop<'_> {
             tokens,
             rl: Some(rl),
             step_seconds: seconds,
-            tokens_per_second: generation.counters.new_tokens as f64 / seconds.max(1e-9),
+            tokens_per_second: rollout.new_tokens as f64 / seconds.max(1e-9),
         })
     }
 }

@@ -332,3 +332,81 @@ async fn bad_input_is_named() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn eval_compares_the_base_warm_up_and_rl_models_on_held_out_prompts() {
+    let fixture = fixture().await;
+    let root = tempfile::tempdir().unwrap();
+    let out = root.path().join("run");
+    run(train_command(fixture, &out).arg("--no-record"));
+
+    let stdout = run(arc_rec(&fixture.db.url)
+        .args(["eval", "--run"])
+        .arg(&out)
+        .args([
+            "--n",
+            "4",
+            "--max-prompts",
+            "3",
+            "--device",
+            "cpu",
+            "--json",
+        ]));
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["split"], "validation");
+    assert_eq!(report["grader"], "world");
+    let models = report["models"].as_array().unwrap();
+    let names: Vec<&str> = models
+        .iter()
+        .map(|m| m["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["base", "warmup", "rl"]);
+    let numbers = |value: &serde_json::Value| -> Vec<f64> {
+        value
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    for model in models {
+        let prompts = model["prompts"].as_u64().unwrap();
+        assert!((1..=3).contains(&prompts), "--max-prompts 3: {prompts}");
+        for curve in ["pass_at", "maj_at", "best_of"] {
+            let values = numbers(&model[curve]);
+            assert_eq!(values.len(), 4, "{curve}: one value per k = 1..n");
+            assert!(values.iter().all(|v| (0.0..=1.0).contains(v)), "{curve}");
+        }
+        // More samples never lower pass@k or the best of k.
+        for curve in ["pass_at", "best_of"] {
+            let values = numbers(&model[curve]);
+            assert!(values.windows(2).all(|w| w[1] >= w[0] - 1e-12), "{curve}");
+        }
+        let validity = model["format_validity"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&validity));
+        assert!(model["greedy"]["acceptance_probability"].is_f64());
+    }
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(written, report, "eval.json holds what was printed");
+    assert!(out.join("eval.png").is_file());
+
+    // Bad input is named.
+    let output = arc_rec(&fixture.db.url)
+        .args(["eval", "--run"])
+        .arg(root.path().join("missing"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--run") && stderr.contains("not a run directory"),
+        "{stderr}"
+    );
+    let output = arc_rec(&fixture.db.url)
+        .args(["eval", "--n", "0", "--run"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--n"));
+}

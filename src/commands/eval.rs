@@ -1,0 +1,310 @@
+//! `arc-rec eval`: a run's base, warm-up and RL models side by side on the held-out (validation)
+//! prompts of its data: pass@k and maj@k for k = 1..n, format validity, and with the world grader
+//! the true acceptance of the greedy recommendation and of the best of k. Prints a table (or
+//! JSON) and writes `RUN_DIR/eval.json` and `RUN_DIR/eval.png`.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde::Serialize;
+
+use crate::export::Split;
+use crate::plot::{Panel, Series, write_png};
+use crate::rft::{Grader, GraderKind, RftDataset};
+use crate::training::DeviceChoice;
+use crate::training::evaluation::{
+    EvalSettings, ModelReport, evaluate, load_run_model, run_models,
+};
+use crate::training::rollout::tokenize_prompts;
+use crate::training::run_dir::{read_settings, write_atomically};
+use crate::world::WorldParams;
+
+/// Where `eval` writes its figures inside the run directory.
+pub const EVAL_JSON_FILE: &str = "eval.json";
+/// Where `eval` draws pass@k against k.
+pub const EVAL_PLOT_FILE: &str = "eval.png";
+
+/// Arguments of `arc-rec eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// The run directory `arc-rec train` wrote (its config.json names the data and base model).
+    #[arg(long, value_name = "RUN_DIR")]
+    pub run: PathBuf,
+    /// Samples per held-out prompt: pass@k and maj@k are reported for k = 1..n.
+    #[arg(long, default_value_t = 16)]
+    pub n: usize,
+    /// Where verdicts come from; the run's grader by default.
+    #[arg(long, value_enum)]
+    pub grader: Option<GraderKind>,
+    /// Evaluate the first this many held-out prompts only (all by default).
+    #[arg(long)]
+    pub max_prompts: Option<usize>,
+    /// Sampling temperature of the n samples (the greedy completion is always temperature 0).
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f64,
+    /// Seeds the samples and the world's acceptance draws.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Prompts per generation batch (memory against speed).
+    #[arg(long, default_value_t = 8)]
+    pub batch_prompts: usize,
+    /// Print the figures as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Where to run: CUDA (bf16) when available, or the CPU (f32).
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
+}
+
+/// What `eval.json` holds.
+#[derive(Debug, Serialize)]
+struct EvalReport {
+    run: PathBuf,
+    data: PathBuf,
+    split: &'static str,
+    grader: GraderKind,
+    n: usize,
+    /// The run's k (the table's pass@k and maj@k column).
+    k: usize,
+    temperature: f64,
+    seed: u64,
+    models: Vec<ModelReport>,
+}
+
+/// Runs `arc-rec eval`.
+pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
+    if args.n == 0 {
+        bail!("--n must be at least 1");
+    }
+    if !(args.temperature.is_finite() && args.temperature > 0.0) {
+        bail!(
+            "--temperature must be positive (the greedy completion is evaluated separately), got {}",
+            args.temperature
+        );
+    }
+    if args.batch_prompts == 0 {
+        bail!("--batch-prompts must be at least 1");
+    }
+    let settings = read_settings(&args.run, "--run")?;
+    let dataset = RftDataset::load(&settings.data).with_context(|| {
+        format!(
+            "--run {}: its data {}",
+            args.run.display(),
+            settings.data.display()
+        )
+    })?;
+    let mut held_out = dataset.split(Split::Validation);
+    if held_out.is_empty() {
+        bail!(
+            "{}: no validation prompt to evaluate on ({} prompts, all in train); export with a validation share",
+            settings.data.display(),
+            dataset.prompts.len()
+        );
+    }
+    if let Some(max) = args.max_prompts {
+        if max == 0 {
+            bail!("--max-prompts must be at least 1");
+        }
+        held_out.truncate(max);
+    }
+    let grader_kind = args.grader.unwrap_or(settings.grader);
+    let grader = match grader_kind {
+        GraderKind::Logged => Grader::logged(settings.format_bonus),
+        GraderKind::World => Grader::world(
+            WorldParams {
+                seed: settings.world_seed,
+                outcomes: settings.world_outcomes,
+                ..WorldParams::default()
+            },
+            held_out.iter().copied(),
+            settings.format_bonus,
+        )?,
+    };
+    let runtime = trainer::device::Runtime::select(args.device.request())?;
+    let eval_settings = EvalSettings {
+        n: args.n,
+        max_new_tokens: settings.max_new_tokens,
+        temperature: args.temperature,
+        seed: args.seed,
+        batch_prompts: args.batch_prompts,
+    };
+    let models = run_models(&settings, &args.run);
+    if !args.json {
+        println!(
+            "evaluating {} of run {} on {} held-out prompts of {} (n = {}, grader {}) on {}",
+            models
+                .iter()
+                .map(|(m, _)| m.label())
+                .collect::<Vec<_>>()
+                .join(", "),
+            args.run.display(),
+            held_out.len(),
+            settings.data.display(),
+            args.n,
+            grader_kind.as_str(),
+            runtime.describe()
+        );
+    }
+    let mut reports = Vec::with_capacity(models.len());
+    for (which, path) in models {
+        let policy = load_run_model(which, &settings, &args.run, runtime)?;
+        let prompts = tokenize_prompts(&policy, &dataset, &held_out)?;
+        let bar = (std::io::stderr().is_terminal() && !args.json)
+            .then(|| crate::progress::bar(prompts.len() as u64, which.label(), false));
+        let report = evaluate(
+            which,
+            &path,
+            &policy,
+            &prompts,
+            &grader,
+            eval_settings,
+            &mut |done| {
+                if let Some(bar) = &bar {
+                    bar.set_position(done as u64);
+                }
+            },
+        )
+        .with_context(|| format!("evaluating the {} model", which.label()))?;
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        if !args.json {
+            println!(
+                "{}: {:.0} s, {:.0} tokens/s",
+                which.label(),
+                report.seconds,
+                report.new_tokens as f64 / report.seconds.max(1e-9)
+            );
+        }
+        reports.push(report);
+    }
+    let report = EvalReport {
+        run: args.run.clone(),
+        data: settings.data.clone(),
+        split: "validation",
+        grader: grader_kind,
+        n: args.n,
+        k: settings.k.min(args.n),
+        temperature: args.temperature,
+        seed: args.seed,
+        models: reports,
+    };
+    let text = serde_json::to_string_pretty(&report)?;
+    let json_path = args.run.join(EVAL_JSON_FILE);
+    write_atomically(&json_path, text.as_bytes())?;
+    let plot_path = args.run.join(EVAL_PLOT_FILE);
+    write_png(&plot_path, &panels(&report), 3)?;
+    if args.json {
+        println!("{text}");
+    } else {
+        print_table(&report);
+        println!(
+            "figures in {}, plot in {}",
+            json_path.display(),
+            plot_path.display()
+        );
+    }
+    Ok(())
+}
+
+fn print_table(report: &EvalReport) {
+    let k = report.k;
+    let n = report.n;
+    let world = report.grader == GraderKind::World;
+    let pass = |values: &[f64], k: usize| values.get(k - 1).copied().unwrap_or(f64::NAN);
+    let mut header = format!(
+        "{:<8} {:>6} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8}",
+        "model",
+        "valid",
+        "pass@1",
+        format!("pass@{k}"),
+        format!("pass@{n}"),
+        format!("maj@{k}"),
+        "greedy✓",
+        "greedy ok"
+    );
+    if world {
+        header.push_str(&format!(
+            " {:>10} {:>9} {:>10}",
+            "P(acc) top",
+            format!("P(acc) b{k}"),
+            "Δ reliab."
+        ));
+    }
+    println!("{header}");
+    for model in &report.models {
+        let mut line = format!(
+            "{:<8} {:>6.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>8.3} {:>8.3}",
+            model.model.label(),
+            model.format_validity,
+            pass(&model.pass_at, 1),
+            pass(&model.pass_at, k),
+            pass(&model.pass_at, n),
+            pass(&model.maj_at, k),
+            model.greedy.format_validity,
+            model.greedy.accepted,
+        );
+        if world {
+            line.push_str(&format!(
+                " {:>10.3} {:>9.3} {:>+10.4}",
+                model.greedy.acceptance_probability.unwrap_or(f64::NAN),
+                model
+                    .best_of
+                    .as_deref()
+                    .map_or(f64::NAN, |best| pass(best, k)),
+                model.reliability_gain.unwrap_or(f64::NAN),
+            ));
+        }
+        println!("{line}");
+    }
+    println!(
+        "valid: well-formed samples; pass@k / maj@k: accepted; greedy✓ / greedy ok: the temperature-0 answer well formed / accepted{}",
+        if world {
+            "; P(acc) top: its true acceptance probability; P(acc) bk: expected true acceptance of the best of k samples; Δ reliab.: mean true reliability gain of a sample"
+        } else {
+            ""
+        }
+    );
+}
+
+fn panels(report: &EvalReport) -> Vec<Panel> {
+    let curve = |values: &[f64]| {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| ((i + 1) as f64, v))
+            .collect::<Vec<_>>()
+    };
+    let panel =
+        |title: &str, y_label: &str, value: &dyn Fn(&ModelReport) -> Option<Vec<f64>>| Panel {
+            title: title.to_owned(),
+            x_label: "k".to_owned(),
+            y_label: y_label.to_owned(),
+            series: report
+                .models
+                .iter()
+                .filter_map(|m| {
+                    value(m).map(|values| Series {
+                        name: m.model.label().to_owned(),
+                        points: curve(&values),
+                    })
+                })
+                .collect(),
+        };
+    let mut panels = vec![
+        panel("pass@k (held out)", "accepted", &|m| {
+            Some(m.pass_at.clone())
+        }),
+        panel("maj@k (held out)", "accepted", &|m| Some(m.maj_at.clone())),
+    ];
+    if report.grader == GraderKind::World {
+        panels.push(panel(
+            "True acceptance of the best of k",
+            "probability",
+            &|m| m.best_of.clone(),
+        ));
+    }
+    panels
+}
