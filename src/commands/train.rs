@@ -96,11 +96,17 @@ pub struct TrainArgs {
     /// Linear warm-up steps of each phase's learning rate.
     #[arg(long, default_value_t = 5)]
     pub lr_warmup_steps: u64,
-    /// Clip the adapters' gradient norm to this.
+    /// Clip the global gradient norm of the trained weights to this.
     #[arg(long, default_value_t = 1.0)]
     pub max_grad_norm: f64,
+    /// AdamW's decoupled weight decay.
     #[arg(long, default_value_t = 0.0)]
     pub weight_decay: f64,
+    /// Recompute each decoder layer in the backward pass instead of keeping its activations:
+    /// the same gradients, about a third more compute, activation memory down to one hidden
+    /// state per layer (what a 7B model with k = 8 × 512-token completions needs on an 80 GB GPU).
+    #[arg(long)]
+    pub gradient_checkpointing: bool,
     /// LoRA rank.
     #[arg(long, default_value_t = 16)]
     pub lora_r: i64,
@@ -170,6 +176,7 @@ impl TrainArgs {
             lr_warmup_steps: self.lr_warmup_steps,
             max_grad_norm: self.max_grad_norm,
             weight_decay: self.weight_decay,
+            gradient_checkpointing: self.gradient_checkpointing,
             lora_r: self.lora_r,
             lora_alpha: self.lora_alpha,
             lora_dropout: self.lora_dropout,

@@ -441,6 +441,7 @@ impl Learner {
                 learning_rate,
                 weight_decay: settings.weight_decay,
                 max_grad_norm: Some(settings.max_grad_norm),
+                gradient_checkpointing: settings.gradient_checkpointing,
                 ..TrainerConfig::default()
             },
         )?;

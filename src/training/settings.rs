@@ -107,6 +107,8 @@ pub struct TrainSettings {
     pub lr_warmup_steps: u64,
     pub max_grad_norm: f64,
     pub weight_decay: f64,
+    /// Recompute each decoder layer in the backward pass instead of keeping its activations.
+    pub gradient_checkpointing: bool,
     pub lora_r: i64,
     pub lora_alpha: f64,
     pub lora_dropout: f64,
@@ -286,6 +288,7 @@ pub(crate) mod tests {
             lr_warmup_steps: 2,
             max_grad_norm: 1.0,
             weight_decay: 0.0,
+            gradient_checkpointing: false,
             lora_r: 8,
             lora_alpha: 16.0,
             lora_dropout: 0.0,

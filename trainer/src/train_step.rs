@@ -67,6 +67,10 @@ pub struct TrainerConfig {
     pub max_grad_norm: Option<f64>,
     /// Scored tokens per LM-head chunk (see [`DEFAULT_CHUNK_TOKENS`]).
     pub chunk_tokens: i64,
+    /// Keep only each decoder layer's input through the forward and recompute the layer in the
+    /// backward pass ([`CausalLm::checkpointed_hidden_states`]): the same gradients for about
+    /// one more forward, with activation memory cut to one `[b, t, hidden]` per layer.
+    pub gradient_checkpointing: bool,
 }
 
 impl Default for TrainerConfig {
@@ -79,6 +83,7 @@ impl Default for TrainerConfig {
             weight_decay: 0.01,
             max_grad_norm: Some(1.0),
             chunk_tokens: DEFAULT_CHUNK_TOKENS,
+            gradient_checkpointing: false,
         }
     }
 }
@@ -294,7 +299,13 @@ impl Trainer {
     where
         F: FnOnce(&Tensor, &Tensor) -> Result<Tensor, TrainError>,
     {
-        let (loss, tokens) = accumulate_gradients(model, batch, self.config.chunk_tokens, loss_fn)?;
+        let (loss, tokens) = accumulate_gradients(
+            model,
+            batch,
+            self.config.chunk_tokens,
+            self.config.gradient_checkpointing,
+            loss_fn,
+        )?;
         if !loss.is_finite() {
             return Err(TrainError::NonFinite {
                 what: "loss",
@@ -370,14 +381,16 @@ pub fn masked_mean_nll(logprobs: &Tensor, scored_mask: &Tensor) -> Result<Tensor
     Ok(total.f_neg()?.f_div(&count)?)
 }
 
-/// Runs the forward, `loss_fn` and the backward pass, leaving the trainable variables. gradients in their
-/// `.grad()`; returns the loss and the number of scored tokens. The LM head is run twice per chunk
-/// (without a graph for the loss, with one for its backward) so at most one chunk's logits are held
-/// for autograd at any time.
+/// Runs the forward, `loss_fn` and the backward pass, leaving the trainable variables' gradients
+/// in their `.grad()`; returns the loss and the number of scored tokens. The LM head is run twice
+/// per chunk (without a graph for the loss, with one for its backward) so at most one chunk's
+/// logits are held for autograd at any time. `checkpoint_layers` recomputes each decoder layer in
+/// the backward pass instead of keeping its activations (the same gradients).
 pub fn accumulate_gradients<F>(
     model: &CausalLm,
     batch: &TrainBatch,
     chunk_tokens: i64,
+    checkpoint_layers: bool,
     loss_fn: F,
 ) -> Result<(f64, i64), TrainError>
 where
@@ -397,7 +410,16 @@ where
                 .into(),
         ));
     }
-    let hidden = model.hidden_states(&batch.input_ids, attention_mask, None, true)?;
+    let (hidden, checkpointed) = if checkpoint_layers {
+        let (hidden, layers) =
+            model.checkpointed_hidden_states(&batch.input_ids, attention_mask, true)?;
+        (hidden, Some(layers))
+    } else {
+        (
+            model.hidden_states(&batch.input_ids, attention_mask, None, true)?,
+            None,
+        )
+    };
     let rows = scored.select_rows(&hidden)?;
     // The head's input as a leaf: its gradient collects the head's backward, chunk by chunk.
     let rows_leaf = rows.f_detach()?.set_requires_grad(true);
@@ -439,5 +461,8 @@ where
     }
     let rows_grad = rows_leaf.grad();
     (rows * rows_grad).f_sum(Kind::Float)?.f_backward()?;
+    if let Some(layers) = checkpointed {
+        model.backward_checkpointed(layers)?;
+    }
     Ok((loss_value, tokens))
 }

@@ -210,7 +210,7 @@ fn recomputed_head_backward_equals_plain_autograd() {
         }
 
         let (recomputed_loss, tokens) =
-            accumulate_gradients(&model, &batch, 4, masked_mean_nll).unwrap();
+            accumulate_gradients(&model, &batch, 4, false, masked_mean_nll).unwrap();
         assert_eq!(tokens as f64, mask.sum(Kind::Float).double_value(&[]));
         assert!((recomputed_loss - loss.double_value(&[])).abs() < 1e-6);
         let recomputed = lora_grads(&model);

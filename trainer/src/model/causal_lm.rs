@@ -249,6 +249,129 @@ impl CausalLm {
         cache: Option<&mut KvCache>,
         train: bool,
     ) -> Result<Tensor, ModelError> {
+        let inputs = self.prepare(input_ids, attention_mask, cache.as_deref())?;
+        let seeds = self.dropout_seeds(train)?;
+        let mut xs = Tensor::f_embedding(&self.embed_tokens, &inputs.ids, -1, false, false)?;
+        for (index, layer) in self.layers.iter().enumerate() {
+            if let Some(&seed) = seeds.get(index) {
+                tch::manual_seed(seed);
+            }
+            let layer_cache = cache.as_deref().and_then(|cache| cache.layer(index));
+            xs = layer.forward(
+                &xs,
+                &inputs.cos,
+                &inputs.sin,
+                &inputs.mask,
+                layer_cache,
+                train,
+            );
+        }
+        if let Some(cache) = cache {
+            cache.advance(&inputs.real);
+        }
+        Ok(self.norm.forward(&xs))
+    }
+
+    /// [`Self::hidden_states`] for training with gradient checkpointing of the decoder layers:
+    /// the layers run without an autograd graph and only each layer's input is kept (one
+    /// `[b, t, hidden]` tensor per layer instead of every activation inside it). The returned
+    /// hidden states have a graph through the final norm down to a leaf standing for the last
+    /// layer's output; after backpropagating into them, [`Self::backward_checkpointed`] carries
+    /// the gradient on through the layers, recomputing each one's forward.
+    pub fn checkpointed_hidden_states(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        train: bool,
+    ) -> Result<(Tensor, CheckpointedLayers), ModelError> {
+        let inputs = self.prepare(input_ids, attention_mask, None)?;
+        let seeds = self.dropout_seeds(true)?;
+        let mut layer_inputs = Vec::with_capacity(self.layers.len());
+        let top = tch::no_grad(|| -> Result<Tensor, ModelError> {
+            let mut xs = Tensor::f_embedding(&self.embed_tokens, &inputs.ids, -1, false, false)?;
+            for (layer, &seed) in self.layers.iter().zip(&seeds) {
+                tch::manual_seed(seed);
+                let next = layer.forward(&xs, &inputs.cos, &inputs.sin, &inputs.mask, None, train);
+                layer_inputs.push(xs);
+                xs = next;
+            }
+            Ok(xs)
+        })?
+        .set_requires_grad(true);
+        let hidden = self.norm.forward(&top);
+        Ok((
+            hidden,
+            CheckpointedLayers {
+                inputs,
+                layer_inputs,
+                seeds,
+                top,
+                train,
+            },
+        ))
+    }
+
+    /// Backpropagates the gradient that has reached the last layer's output (after a backward
+    /// through the hidden states [`Self::checkpointed_hidden_states`] returned) through every
+    /// layer and the embeddings, accumulating the parameters' gradients exactly as an ordinary
+    /// backward would. A no-op when nothing reached it.
+    pub fn backward_checkpointed(&self, layers: CheckpointedLayers) -> Result<(), ModelError> {
+        let mut grad = layers.top.grad();
+        if !grad.defined() {
+            return Ok(());
+        }
+        let inputs = &layers.inputs;
+        for ((layer, input), &seed) in self
+            .layers
+            .iter()
+            .zip(&layers.layer_inputs)
+            .zip(&layers.seeds)
+            .rev()
+        {
+            let leaf = input.f_detach()?.set_requires_grad(true);
+            tch::manual_seed(seed);
+            let output = layer.forward(
+                &leaf,
+                &inputs.cos,
+                &inputs.sin,
+                &inputs.mask,
+                None,
+                layers.train,
+            );
+            (output * &grad).f_sum(Kind::Float)?.f_backward()?;
+            grad = leaf.grad();
+            if !grad.defined() {
+                return Ok(());
+            }
+        }
+        if self.embed_tokens.requires_grad() {
+            let embedded = Tensor::f_embedding(&self.embed_tokens, &inputs.ids, -1, false, false)?;
+            (embedded * &grad).f_sum(Kind::Float)?.f_backward()?;
+        }
+        Ok(())
+    }
+
+    /// In training, one seed per layer drawn from libtorch's generator: each layer's adapter
+    /// dropout runs from its own seed, so a layer recomputed by gradient checkpointing draws the
+    /// same masks, and the checkpointed and plain backward passes give the same gradients.
+    fn dropout_seeds(&self, train: bool) -> Result<Vec<i64>, TchError> {
+        if !train {
+            return Ok(Vec::new());
+        }
+        (0..self.layers.len())
+            .map(|_| {
+                Tensor::f_randint(i64::MAX, [1], (Kind::Int64, Device::Cpu))?.f_int64_value(&[0])
+            })
+            .collect()
+    }
+
+    /// Ids on the device, positions' rotary tables and the attention mask of a forward.
+    fn prepare(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        cache: Option<&KvCache>,
+    ) -> Result<ForwardInputs, ModelError> {
         let device = self.runtime.device;
         let (batch, seq) = self.check_ids(input_ids)?;
         let input_ids = input_ids.f_to_device(device)?;
@@ -264,7 +387,7 @@ impl CausalLm {
             }
             None => None,
         };
-        if let Some(cache) = cache.as_deref() {
+        if let Some(cache) = cache {
             if cache.batch_size() != batch {
                 return Err(ModelError::Input(format!(
                     "cache has {} rows, input_ids has {batch}",
@@ -287,7 +410,7 @@ impl CausalLm {
                 });
             }
         }
-        let past = cache.as_deref().map_or(0, KvCache::len);
+        let past = cache.map_or(0, KvCache::len);
         let real = match &new_mask {
             Some(mask) => mask.shallow_clone(),
             None => Tensor::f_ones([batch, seq], (Kind::Bool, device))?,
@@ -295,7 +418,7 @@ impl CausalLm {
 
         // Position of a real token = real tokens before it in its row; padding gets 0 (it is
         // never attended to by real tokens, so its value does not matter).
-        let start = match cache.as_deref() {
+        let start = match cache {
             Some(cache) => cache.next_positions().unsqueeze(1),
             None => Tensor::f_zeros([batch, 1], (Kind::Int64, device))?,
         };
@@ -305,22 +428,20 @@ impl CausalLm {
         let mask = if new_mask.is_none() && past == 0 {
             AttentionMask::Causal
         } else {
-            let past_keys = match cache.as_deref() {
+            let past_keys = match cache {
                 Some(cache) => cache.key_mask(),
                 None => Tensor::f_zeros([batch, 0], (Kind::Bool, device))?,
             };
             AttentionMask::Explicit(attention_mask_4d(&past_keys, &real, past)?)
         };
 
-        let mut xs = Tensor::f_embedding(&self.embed_tokens, &input_ids, -1, false, false)?;
-        for (index, layer) in self.layers.iter().enumerate() {
-            let layer_cache = cache.as_deref().and_then(|cache| cache.layer(index));
-            xs = layer.forward(&xs, &cos, &sin, &mask, layer_cache, train);
-        }
-        if let Some(cache) = cache {
-            cache.advance(&real);
-        }
-        Ok(self.norm.forward(&xs))
+        Ok(ForwardInputs {
+            ids: input_ids,
+            real,
+            cos,
+            sin,
+            mask,
+        })
     }
 
     /// Projects hidden states `[…, hidden]` to logits `[…, vocab]`.
@@ -362,6 +483,31 @@ impl CausalLm {
         }
         Ok((batch, seq))
     }
+}
+
+/// What every layer of one forward reads.
+#[derive(Debug)]
+struct ForwardInputs {
+    /// `[b, t]` on the model's device.
+    ids: Tensor,
+    /// `[b, t]` bool: real tokens (not padding).
+    real: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    mask: AttentionMask,
+}
+
+/// What [`CausalLm::backward_checkpointed`] needs of a checkpointed forward.
+#[derive(Debug)]
+pub struct CheckpointedLayers {
+    inputs: ForwardInputs,
+    /// Each layer's input, without a graph.
+    layer_inputs: Vec<Tensor>,
+    /// Each layer's dropout seed.
+    seeds: Vec<i64>,
+    /// The last layer's output as a leaf (its `.grad()` is where the backward continues).
+    top: Tensor,
+    train: bool,
 }
 
 /// `[b, 1, t, past + t]` bool: query i (absolute position past + i) may attend key j when key j is
