@@ -60,6 +60,10 @@ pub enum WarmupMode {
 pub const AUTO_FULL_WARMUP_MAX_PARAMETERS: i64 = 100_000_000;
 
 impl WarmupMode {
+    fn lora() -> Self {
+        WarmupMode::Lora
+    }
+
     /// Whether a model of `parameters` parameters warms up fully.
     pub fn is_full(self, parameters: i64) -> bool {
         match self {
@@ -91,7 +95,8 @@ pub struct TrainSettings {
     pub sft_steps: u64,
     /// Examples per warm-up step.
     pub sft_batch: usize,
-    /// What the warm-up trains.
+    /// What the warm-up trains (runs made before the option existed warmed up LoRA adapters).
+    #[serde(default = "WarmupMode::lora")]
     pub warmup: WarmupMode,
     pub grader: GraderKind,
     pub world_seed: u64,
@@ -107,7 +112,9 @@ pub struct TrainSettings {
     pub lr_warmup_steps: u64,
     pub max_grad_norm: f64,
     pub weight_decay: f64,
-    /// Recompute each decoder layer in the backward pass instead of keeping its activations.
+    /// Recompute each decoder layer in the backward pass instead of keeping its activations
+    /// (absent from older runs' config.json: off).
+    #[serde(default)]
     pub gradient_checkpointing: bool,
     pub lora_r: i64,
     pub lora_alpha: f64,
