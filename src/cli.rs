@@ -67,6 +67,26 @@ pub enum Command {
     /// for k = 1..n, format validity and, with the world grader, true acceptance (no database).
     #[cfg(feature = "rft")]
     Eval(crate::commands::eval::EvalArgs),
+    /// Write the trained recommender's candidates for serving: k recommendations per
+    /// (organization, failure cluster, typical configuration), tagged with the run's model version.
+    ///
+    /// Contexts: the run's data (its export file) grouped by organization and by each context's
+    /// dominant failure cluster as the export wrote it (the stored cluster id when the history was
+    /// clustered with `arc-rec cluster` before the export, else the dominant failure category);
+    /// contexts without a recorded failure are left out. For each group the typical configuration
+    /// is the one with the most decided examples among the group's contexts (configurations
+    /// compared by content), asked with the user turn the export rendered for it.
+    ///
+    /// The run's RL model (warm-up model + adapter) samples k recommendations for each; those that
+    /// pass the graders' format check and serving's hard constraints (a valid configuration after
+    /// the diff, a real change, no two alike) are written to candidate_recommendations with
+    /// source `model`: diff = the canonical (minimal) merge patch, description = the rationale,
+    /// expected deltas and evidence 0. A candidate is stored for its cluster when that is an
+    /// active cluster in the database and only that cluster proposed it, else for any cluster.
+    /// `serve` ranks them beside the heuristic candidates and says which came from the model.
+    /// Fails, writing nothing, when no recommendation passes.
+    #[cfg(feature = "rft")]
+    Candidates(crate::commands::candidates::CandidatesArgs),
 }
 
 /// `arc-rec db ...`.

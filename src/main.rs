@@ -75,6 +75,12 @@ async fn run_command(cli: &Cli, metrics: &telemetry::Metrics) -> anyhow::Result<
         Command::Eval(args) => {
             return tokio::task::block_in_place(|| commands::eval::run(args));
         }
+        // Opens the database itself, only around its checks and its write (the generation in
+        // between runs off the async runtime's worker threads).
+        #[cfg(feature = "rft")]
+        Command::Candidates(args) => {
+            return commands::candidates::run(args, &cli.database).await;
+        }
         _ => {}
     }
     let database = commands::open_database(&cli.database).await?;
@@ -138,7 +144,7 @@ async fn dispatch(
         // These are run by `run_command` itself (no database, or their own signal handling).
         Command::Serve(_) | Command::Db(_) => anyhow::bail!("not dispatched here"),
         #[cfg(feature = "rft")]
-        Command::Model(_) | Command::Train(_) | Command::Eval(_) => {
+        Command::Model(_) | Command::Train(_) | Command::Eval(_) | Command::Candidates(_) => {
             anyhow::bail!("not dispatched here")
         }
     }

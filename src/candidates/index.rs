@@ -2,8 +2,8 @@
 //! (lever × failure category, and recommendation type × failure category) and per tool, with
 //! shrinkage applied once at build time so the request path only looks numbers up.
 //!
-//! Built by [`CandidateIndex::from_rows`] from the aggregates `storage::candidate_stats` loads; the
-//! service refreshes it periodically, never per request.
+//! Built by [`CandidateIndex::from_rows`] from the aggregates `storage::candidate_stats` loads
+//! (`CandidateIndex::load` in `load.rs`); the service refreshes it periodically, never per request.
 
 use serde::{Deserialize, Serialize};
 

@@ -3,7 +3,7 @@
 //! Two halves with different budgets:
 //!
 //! * **Statistics** ([`CandidateIndex`]): per model, per past diff pattern and per tool, loaded by
-//!   `storage::candidate_stats::CandidateStats::load` with a handful of SQL aggregates at start-up
+//!   [`CandidateIndex::load`] from `storage::candidate_stats`'s handful of SQL aggregates at start-up
 //!   and on a refresh timer — never per request.
 //! * **Generation** ([`generate`]): pure heuristics over the index and the request, on the HTTP
 //!   request path (tens of microseconds): `cheapest`, `highest_perf`, `balanced`, `model_switch`,
@@ -21,6 +21,7 @@ mod describe;
 mod features;
 mod generate;
 mod index;
+mod load;
 mod request;
 mod signals;
 

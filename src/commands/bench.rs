@@ -237,8 +237,8 @@ const BANDIT_WORLD_OUTCOMES: usize = 20_000;
 async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Result<()> {
     use std::collections::HashMap;
 
+    use crate::candidates::CandidateIndex;
     use crate::recommend::benchmark::{BanditBenchConfig, run};
-    use crate::storage::candidate_stats::CandidateStats;
     use crate::world::{Environment, World, WorldParams};
 
     let world = World::new(WorldParams {
@@ -278,7 +278,7 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
     for org in &world.params().orgs {
         indexes.insert(
             org.clone(),
-            CandidateStats::load(bench_db.pool(), org).await?,
+            CandidateIndex::load(bench_db.pool(), org).await?,
         );
     }
     bench_db.close().await?;

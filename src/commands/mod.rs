@@ -6,6 +6,8 @@ pub mod bench;
 pub mod bench_model;
 pub mod bench_paper_bandit;
 pub mod bench_serve;
+#[cfg(feature = "rft")]
+pub mod candidates;
 pub mod cluster;
 #[cfg(feature = "rft")]
 pub mod eval;
@@ -43,6 +45,22 @@ pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {
         .await
         .context("cannot migrate the database")?;
     Ok(database)
+}
+
+/// Opens the database, runs `work` on its pool and closes it again, for commands that spend
+/// minutes on a model and need the database only around a few reads and writes (an embedded
+/// cluster is not held open meanwhile).
+pub async fn with_database<T, F, Fut>(args: &DatabaseArgs, work: F) -> anyhow::Result<T>
+where
+    F: FnOnce(sqlx::PgPool) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let database = open_database(args).await?;
+    let result = work(database.pool().clone()).await;
+    let closed = database.close().await;
+    let value = result?;
+    closed?;
+    Ok(value)
 }
 
 /// Prints what a load did, one row per record kind.

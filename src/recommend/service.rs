@@ -28,7 +28,7 @@ use crate::candidates::{CandidateIndex, FailureObservation, provider_of};
 use crate::clustering::{ClusterError, ClusterModel, FailureInput, FailureText};
 use crate::domain::Candidate;
 use crate::storage::StorageError;
-use crate::storage::candidate_stats::{CandidateStats, load_model_candidates_by_cluster};
+use crate::storage::candidate_stats::load_model_candidates_by_cluster;
 use crate::storage::decisions::{
     DecisionItemRecord, DecisionRecord, FeedbackOutcome, FeedbackRecord, FeedbackStored,
     LearnableFeedback, failures_of_outcomes, feedback_for, feedback_since, insert_feedback,
@@ -225,7 +225,7 @@ impl Serving {
 
     /// An organization's statistics, cluster model and model candidates from the database.
     async fn load_org(&self, org: &str) -> Result<OrgData, ServeError> {
-        let index = CandidateStats::load(&self.pool, org).await?;
+        let index = CandidateIndex::load(&self.pool, org).await?;
         let clusters = ClusterModel::load(&self.pool, org)
             .await
             .map_err(ServeError::Cluster)?;

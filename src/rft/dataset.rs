@@ -44,6 +44,10 @@ pub struct RftPrompt {
     pub logged: BTreeMap<String, LoggedVerdicts>,
     /// Accepted recommendations, as completions (warm-up targets), in file order.
     pub accepted_completions: Vec<String>,
+    /// The context's dominant failure cluster as the export wrote it (the stored
+    /// `pattern_cluster_id` when the history was clustered before the export, else the dominant
+    /// failure category; `None` without failures): that of its first example that names one.
+    pub cluster: Option<String>,
 }
 
 /// The prompts of a data file, in the order their first example appears.
@@ -81,6 +85,8 @@ struct ExampleLine {
     org: String,
     config_id: String,
     split: Split,
+    #[serde(default)]
+    cluster: Option<String>,
     context: PromptContext,
     recommendation: Recommendation,
     outcome: OutcomeLine,
@@ -185,12 +191,16 @@ impl RftDataset {
                         current_config: example.context.current_config.clone(),
                         logged: BTreeMap::new(),
                         accepted_completions: Vec::new(),
+                        cluster: None,
                     });
                     index.insert(key, (prompts.len() - 1, example.id.clone()));
                     prompts.len() - 1
                 }
             };
             let prompt = &mut prompts[slot];
+            if prompt.cluster.is_none() {
+                prompt.cluster = example.cluster;
+            }
             let answer = canonical_answer(&prompt.current_config, &example.recommendation.diff);
             let verdicts = prompt.logged.entry(answer).or_default();
             if decision {

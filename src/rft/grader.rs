@@ -263,6 +263,7 @@ mod tests {
             current_config: current,
             logged,
             accepted_completions: Vec::new(),
+            cluster: None,
         }
     }
 

@@ -2,10 +2,13 @@
 //! a run read from an export file ([`dataset`]), a completion read as a recommendation with its
 //! canonical answer ([`completion`]), and the graders that turn a completion into a reward
 //! ([`grader`]). The advantages are the `objectives` crate's; the model side is `trainer`'s.
+//! [`model_candidates`] chooses the contexts `arc-rec candidates` asks a trained model about and
+//! turns its completions into serving candidates.
 
 pub mod completion;
 pub mod dataset;
 pub mod grader;
+pub mod model_candidates;
 
 pub use completion::{FormatError, ParsedRecommendation, canonical_answer, parse_recommendation};
 pub use dataset::{DatasetError, LoggedVerdicts, RftDataset, RftPrompt};

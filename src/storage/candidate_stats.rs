@@ -1,6 +1,8 @@
 //! The SQL behind candidate generation: aggregates over one organization's Configuration→Outcome
 //! graph (per model, per past diff pattern, per tool), run at startup and on a refresh timer by
-//! the service — never per request — and turned into a [`CandidateIndex`] the request path reads.
+//! the service — never per request — and turned into the `candidates::CandidateIndex` the request
+//! path reads (by `CandidateIndex::load`, one layer up: storage does not know the index); and the
+//! recommender model's stored candidates (`candidate_recommendations`, source `model`).
 //!
 //! Every query filters every table it reads by `org_id`. The heavy part (scanning outcomes and
 //! their trajectories) is aggregated server-side; what comes back is a few hundred small rows.
@@ -13,7 +15,6 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use super::{QueryContext, StorageError};
-use crate::candidates::CandidateIndex;
 use crate::domain::{Candidate, CandidateSource, RecommendationType};
 
 /// One model's runs: `simulations.metadata->>'agent_model'`, else the version's
@@ -97,7 +98,7 @@ pub struct ToolRow {
     pub versions_called: i64,
 }
 
-/// Everything [`CandidateIndex::from_rows`] needs.
+/// Everything `candidates::CandidateIndex::from_rows` needs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StatsRows {
     pub models: Vec<ModelRow>,
@@ -159,35 +160,12 @@ impl CandidateStats {
         })
     }
 
-    /// The candidate index of one organization over all its history (empty statistics for an
-    /// unknown one).
-    pub async fn load(pool: &PgPool, org: &str) -> Result<CandidateIndex, StorageError> {
-        Self::load_since(pool, org, None).await
-    }
-
-    /// The candidate index of one organization over outcomes and diffs since `since`.
-    pub async fn load_since(
-        pool: &PgPool,
-        org: &str,
-        since: Option<DateTime<Utc>>,
-    ) -> Result<CandidateIndex, StorageError> {
-        let rows = Self::load_rows(pool, org, since).await?;
-        Ok(CandidateIndex::from_rows(org, &rows))
-    }
-
-    /// The candidate index of every organization (all history), for service start-up and
-    /// refreshes.
-    pub async fn load_all(pool: &PgPool) -> Result<Vec<CandidateIndex>, StorageError> {
-        let orgs: Vec<String> =
-            sqlx::query_scalar("SELECT org_id FROM organizations ORDER BY org_id")
-                .fetch_all(pool)
-                .await
-                .context("list organizations")?;
-        let mut indexes = Vec::with_capacity(orgs.len());
-        for org in orgs {
-            indexes.push(Self::load(pool, &org).await?);
-        }
-        Ok(indexes)
+    /// Every organization's id, in order (the one read that spans organizations; ids only).
+    pub async fn organizations(pool: &PgPool) -> Result<Vec<String>, StorageError> {
+        sqlx::query_scalar("SELECT org_id FROM organizations ORDER BY org_id")
+            .fetch_all(pool)
+            .await
+            .context("list organizations")
     }
 }
 
@@ -532,7 +510,8 @@ FULL JOIN usage u ON u.tool = p.tool
 ORDER BY 1";
 
 /// Stores candidates a recommender model generated (creating its training run and model version
-/// rows if needed), for `cluster_id` or, when `None`, for every cluster. Idempotent per id.
+/// rows if needed), for `cluster_id` or, when `None`, for every cluster. See
+/// [`save_model_candidates_by_cluster`].
 pub async fn save_model_candidates(
     pool: &PgPool,
     org: &str,
@@ -540,7 +519,37 @@ pub async fn save_model_candidates(
     base_model: &str,
     cluster_id: Option<&str>,
     candidates: &[Candidate],
-) -> Result<(), StorageError> {
+) -> Result<SavedCandidates, StorageError> {
+    let rows: Vec<(Option<String>, Candidate)> = candidates
+        .iter()
+        .map(|c| (cluster_id.map(str::to_owned), c.clone()))
+        .collect();
+    save_model_candidates_by_cluster(pool, org, model_version_id, base_model, &rows).await
+}
+
+/// What [`save_model_candidates_by_cluster`] wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SavedCandidates {
+    /// Rows that did not exist.
+    pub inserted: u64,
+    /// Rows of an earlier generation (same organization and candidate id) that now carry this
+    /// model version, cluster and rationale.
+    pub updated: u64,
+}
+
+/// Stores an organization's model candidates, each for its cluster (`None`: for every cluster),
+/// in one transaction, creating the model version's `training_runs` / `model_versions` rows if
+/// needed. The candidate id is the row's key: a candidate an earlier generation (or model
+/// version) stored is taken over by this one (model version, cluster, description, expectations,
+/// `created_at`), so the newest generation tags it; a heuristic row with the same id is left
+/// alone. Idempotent.
+pub async fn save_model_candidates_by_cluster(
+    pool: &PgPool,
+    org: &str,
+    model_version_id: &str,
+    base_model: &str,
+    candidates: &[(Option<String>, Candidate)],
+) -> Result<SavedCandidates, StorageError> {
     let mut tx = pool.begin().await.context("begin model candidates")?;
     sqlx::query("INSERT INTO organizations (org_id) VALUES ($1) ON CONFLICT DO NOTHING")
         .bind(org)
@@ -566,16 +575,31 @@ pub async fn save_model_candidates(
     .execute(&mut *tx)
     .await
     .context("insert model version")?;
-    for c in candidates {
-        sqlx::query(
+    let mut saved = SavedCandidates::default();
+    for (cluster_id, c) in candidates {
+        // `xmax = 0` on the returned row: it was inserted, not updated. No row: a heuristic row
+        // holds the id.
+        let inserted: Option<bool> = sqlx::query_scalar(
             "INSERT INTO candidate_recommendations (org_id, candidate_id, cluster_id, recommendation_type, diff,
                  description, expected_reliability_delta, expected_cost_delta_usd, evidence_count, source,
                  model_version_id)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'model', $10) ON CONFLICT DO NOTHING",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'model', $10)
+             ON CONFLICT (org_id, candidate_id) DO UPDATE SET
+                 cluster_id = EXCLUDED.cluster_id,
+                 recommendation_type = EXCLUDED.recommendation_type,
+                 diff = EXCLUDED.diff,
+                 description = EXCLUDED.description,
+                 expected_reliability_delta = EXCLUDED.expected_reliability_delta,
+                 expected_cost_delta_usd = EXCLUDED.expected_cost_delta_usd,
+                 evidence_count = EXCLUDED.evidence_count,
+                 model_version_id = EXCLUDED.model_version_id,
+                 created_at = now()
+             WHERE candidate_recommendations.source = 'model'
+             RETURNING (xmax = 0)",
         )
         .bind(org)
         .bind(&c.candidate_id)
-        .bind(cluster_id)
+        .bind(cluster_id.as_deref())
         .bind(c.recommendation_type.as_str())
         .bind(&c.diff)
         .bind(&c.description)
@@ -583,9 +607,15 @@ pub async fn save_model_candidates(
         .bind(c.expected_cost_delta_usd)
         .bind(i32::try_from(c.evidence_count).unwrap_or(i32::MAX))
         .bind(model_version_id)
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await
         .context("insert model candidate")?;
+        match inserted {
+            Some(true) => saved.inserted += 1,
+            Some(false) => saved.updated += 1,
+            None => {}
+        }
     }
-    tx.commit().await.context("commit model candidates")
+    tx.commit().await.context("commit model candidates")?;
+    Ok(saved)
 }

@@ -31,6 +31,17 @@ pub async fn orgs_with_patterns(
     .context("list organizations with failure patterns")
 }
 
+/// The ids of an organization's active failure clusters: those `serve` places requests in.
+pub async fn active_cluster_ids(pool: &PgPool, org_id: &str) -> Result<Vec<String>, StorageError> {
+    sqlx::query_scalar(
+        "SELECT cluster_id FROM failure_clusters WHERE org_id = $1 AND active ORDER BY cluster_id",
+    )
+    .bind(org_id)
+    .fetch_all(pool)
+    .await
+    .context("read active cluster ids")
+}
+
 /// Reads an organization's failure patterns with what their outcome's trajectory says: the
 /// unrecovered error events' types, failing and called tools, and model providers. Tolerates
 /// trajectories without those arrays or with odd elements (they contribute nothing).

@@ -235,5 +235,20 @@ async fn openapi_lists_every_route() {
         "{}",
         document["components"]["schemas"]["FailureContextBody"]
     );
+    // Each recommendation says where it came from (an addition to CONTRACTS.md's shape).
+    let recommendation = &document["components"]["schemas"]["RecommendationBody"];
+    for field in ["source", "model_version_id"] {
+        assert!(
+            recommendation["properties"][field].is_object(),
+            "{field}: {recommendation}"
+        );
+    }
+    assert!(
+        document["components"]["schemas"]["CandidateOrigin"]["enum"]
+            .as_array()
+            .is_some_and(|values| values.len() == 2),
+        "{}",
+        document["components"]["schemas"]["CandidateOrigin"]
+    );
     assert!(document["components"]["securitySchemes"]["api_key"].is_object());
 }

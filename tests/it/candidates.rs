@@ -9,7 +9,9 @@ use arc_rec::candidates::{
     config_features, generate, same_json, usable,
 };
 use arc_rec::domain::{Candidate, CandidateSource, RecommendationType};
-use arc_rec::storage::candidate_stats::{CandidateStats, load_model_candidates, tools_called};
+use arc_rec::storage::candidate_stats::{
+    load_model_candidates, save_model_candidates_by_cluster, tools_called,
+};
 use arc_rec::world::{Context, Environment};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -70,7 +72,7 @@ async fn heuristics_beat_random_diffs_by_the_worlds_ground_truth() {
         String::from_utf8_lossy(&output.stderr)
     );
 
-    let indexes: HashMap<String, CandidateIndex> = CandidateStats::load_all(db.pool())
+    let indexes: HashMap<String, CandidateIndex> = CandidateIndex::load_all(db.pool())
         .await
         .expect("load statistics")
         .into_iter()
@@ -91,7 +93,7 @@ async fn heuristics_beat_random_diffs_by_the_worlds_ground_truth() {
         "every outcome counted once, in its own organization"
     );
     // An organization nobody knows has empty statistics, not an error.
-    let unknown = CandidateStats::load(db.pool(), "nobody").await.unwrap();
+    let unknown = CandidateIndex::load(db.pool(), "nobody").await.unwrap();
     assert!(unknown.models.is_empty());
 
     let env = Environment::from_seed(SEED);
@@ -270,11 +272,11 @@ async fn model_candidates_and_called_tools_load_per_organization() {
             .unwrap()
             .is_empty()
     );
-    let index = CandidateStats::load(pool, "acme").await.unwrap();
+    let index = CandidateIndex::load(pool, "acme").await.unwrap();
     assert_eq!(index.org_stats.runs, 1);
     // A window after the only outcome and diff leaves nothing.
     let later = "2026-11-21T00:00:00Z".parse().unwrap();
-    let windowed = CandidateStats::load_since(pool, "acme", Some(later))
+    let windowed = CandidateIndex::load_since(pool, "acme", Some(later))
         .await
         .unwrap();
     assert_eq!(windowed.org_stats.runs, 0);
@@ -300,4 +302,117 @@ async fn model_candidates_and_called_tools_load_per_organization() {
     assert_eq!(index.models[0].model, "openai/gpt-4.1");
     let web = index.tool("web_search").unwrap();
     assert_eq!((web.calls, web.ok_calls), (1, 0));
+}
+
+#[tokio::test]
+async fn the_newest_model_generation_takes_a_stored_candidate_over() {
+    let db = fresh_database().await;
+    let pool = db.pool();
+    for statement in [
+        "INSERT INTO organizations (org_id) VALUES ('acme')",
+        "INSERT INTO failure_clusters (org_id, cluster_id, label, centroid)
+         VALUES ('acme', 'timeout-web_search', 'web_search timeouts', '{0.1}')",
+        r#"INSERT INTO candidate_recommendations
+             (org_id, candidate_id, cluster_id, recommendation_type, diff, description,
+              evidence_count, source, model_version_id)
+           VALUES ('acme', 'c-heuristic', NULL, 'temperature', '{"temperature": 0.2}', 'heuristic row',
+                   0, 'heuristic', NULL)"#,
+    ] {
+        sqlx::query(statement).execute(pool).await.expect(statement);
+    }
+    let candidate = |kind: RecommendationType, diff: serde_json::Value, version: &str| Candidate {
+        candidate_id: Candidate::id_for(kind, &diff),
+        recommendation_type: kind,
+        diff,
+        description: format!("from {version}"),
+        expected_reliability_delta: 0.0,
+        expected_cost_delta_usd: 0.0,
+        evidence_count: 0,
+        source: CandidateSource::Model {
+            model_version_id: version.to_owned(),
+        },
+    };
+    let retry = json!({"retry": {"max_attempts": 3}});
+    let cooler = json!({"temperature": 0.3});
+    let first = vec![
+        (
+            Some("timeout-web_search".to_owned()),
+            candidate(RecommendationType::RetryPolicy, retry.clone(), "rft-1"),
+        ),
+        (
+            None,
+            candidate(RecommendationType::Temperature, cooler.clone(), "rft-1"),
+        ),
+    ];
+    let saved = save_model_candidates_by_cluster(pool, "acme", "rft-1", "tiny", &first)
+        .await
+        .unwrap();
+    assert_eq!((saved.inserted, saved.updated), (2, 0));
+    // Idempotent for the same generation.
+    let saved = save_model_candidates_by_cluster(pool, "acme", "rft-1", "tiny", &first)
+        .await
+        .unwrap();
+    assert_eq!((saved.inserted, saved.updated), (0, 2));
+    // A newer model version proposing the same retry policy (now for any cluster) takes its row
+    // over; a heuristic row with a colliding id is left alone.
+    let mut heuristic_id = candidate(
+        RecommendationType::Temperature,
+        json!({"temperature": 0.2}),
+        "rft-2",
+    );
+    heuristic_id.candidate_id = "c-heuristic".to_owned();
+    let second = vec![
+        (
+            None,
+            candidate(RecommendationType::RetryPolicy, retry, "rft-2"),
+        ),
+        (None, heuristic_id),
+    ];
+    let saved = save_model_candidates_by_cluster(pool, "acme", "rft-2", "tiny", &second)
+        .await
+        .unwrap();
+    assert_eq!((saved.inserted, saved.updated), (0, 1));
+    /// Type, cluster, source, model version, description.
+    type Row = (String, Option<String>, String, Option<String>, String);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT recommendation_type, cluster_id, source, model_version_id, description
+         FROM candidate_recommendations WHERE org_id = 'acme' ORDER BY recommendation_type, source",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [
+            (
+                "retry_policy".to_owned(),
+                None,
+                "model".to_owned(),
+                Some("rft-2".to_owned()),
+                "from rft-2".to_owned()
+            ),
+            (
+                "temperature".to_owned(),
+                None,
+                "heuristic".to_owned(),
+                None,
+                "heuristic row".to_owned()
+            ),
+            (
+                "temperature".to_owned(),
+                None,
+                "model".to_owned(),
+                Some("rft-1".to_owned()),
+                "from rft-1".to_owned()
+            ),
+        ]
+    );
+    // Both model versions have their rows (created when missing).
+    let versions: Vec<String> = sqlx::query_scalar(
+        "SELECT model_version_id FROM model_versions WHERE org_id = 'acme' ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(versions, ["rft-1", "rft-2"]);
 }

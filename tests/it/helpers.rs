@@ -224,9 +224,15 @@ pub async fn spawn_app() -> TestApp {
 
 /// [`spawn_app`] with a custom body limit.
 pub async fn spawn_app_with_limit(body_limit: usize) -> TestApp {
-    use arc_rec::auth::{KeyCache, Role, create_key};
     let db = fresh_database().await;
-    let org = arc_rec::domain::OrgId::parse("acme").unwrap();
+    Box::pin(spawn_app_on(db, "acme", body_limit)).await
+}
+
+/// Starts the API over `db` (as it is: data, clusters, model candidates), with one key per role
+/// for organization `org`.
+pub async fn spawn_app_on(db: TestDb, org: &str, body_limit: usize) -> TestApp {
+    use arc_rec::auth::{KeyCache, Role, create_key};
+    let org = arc_rec::domain::OrgId::parse(org).unwrap();
     let key = |role| create_key(db.pool(), &org, role, None);
     let platform_key = key(Role::Platform).await.unwrap().token;
     let analyst_key = key(Role::Analyst).await.unwrap().token;

@@ -26,6 +26,9 @@ mod ingest;
 /// `arc-rec model init`: the preset checkpoint through the binary.
 #[cfg(feature = "rft")]
 mod model;
+/// `arc-rec candidates`: a trained model's candidates served beside the heuristic ones.
+#[cfg(feature = "rft")]
+mod model_candidates;
 /// The schema: constraints, organization isolation, analyst views.
 mod schema;
 /// Recommendations, feedback, replicas and restarts.

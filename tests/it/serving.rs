@@ -82,6 +82,9 @@ async fn the_contract_request_works_as_written_and_is_logged() {
         ] {
             assert!(!r[field].is_null(), "{field} missing in {r}");
         }
+        // No model candidates are stored here: every one is the heuristics', without a version.
+        assert_eq!(r["source"], "heuristic", "{r}");
+        assert!(r.get("model_version_id").is_none(), "{r}");
         let propensity = r["propensity"].as_f64().unwrap();
         assert!(propensity > 0.0 && propensity <= 1.0);
         assert!(

@@ -14,8 +14,8 @@ use crate::api::extract::Caller;
 use crate::api::state::AppState;
 use crate::auth::Permission;
 use crate::candidates::FailureObservation;
-use crate::domain::FieldErrors;
 use crate::domain::agent_config::validate_config;
+use crate::domain::{CandidateSource, FieldErrors};
 use crate::recommend::service::RecommendationQuery;
 
 /// Most recommendations one request may ask for.
@@ -102,11 +102,26 @@ pub struct RecommendationBody {
     pub expected_reliability_delta: f64,
     pub expected_cost_delta_usd: f64,
     pub evidence_count: u32,
+    /// Where the candidate came from: `heuristic` (arc-rec's statistics over the
+    /// Configuration→Outcome history) or `model` (a generation of the recommender model, written
+    /// by `arc-rec candidates`).
+    pub source: CandidateOrigin,
+    /// The model version that generated it (source `model` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_version_id: Option<String>,
     /// The bandit's sampled score for this context.
     pub score: f64,
     /// Probability that the policy shows this recommendation at this position.
     pub propensity: f64,
     pub explanation: ExplanationBody,
+}
+
+/// Who proposed a recommendation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CandidateOrigin {
+    Heuristic,
+    Model,
 }
 
 /// Why this score.
@@ -234,6 +249,12 @@ pub async fn post_recommendations(
             .map(|served| {
                 let candidate = served.shown.candidate;
                 let item = served.shown.item;
+                let (source, model_version_id) = match candidate.source {
+                    CandidateSource::Heuristic => (CandidateOrigin::Heuristic, None),
+                    CandidateSource::Model { model_version_id } => {
+                        (CandidateOrigin::Model, Some(model_version_id))
+                    }
+                };
                 RecommendationBody {
                     recommendation_id: served.recommendation_id,
                     kind: candidate.recommendation_type.as_str().to_owned(),
@@ -242,6 +263,8 @@ pub async fn post_recommendations(
                     expected_reliability_delta: candidate.expected_reliability_delta,
                     expected_cost_delta_usd: candidate.expected_cost_delta_usd,
                     evidence_count: candidate.evidence_count,
+                    source,
+                    model_version_id,
                     score: item.score,
                     propensity: item.propensity,
                     explanation: ExplanationBody {

@@ -1,0 +1,377 @@
+//! `arc-rec candidates`: the trained recommender's ideas, made ready for serving. A run's RL
+//! model (warm-up model + adapter) writes k recommendations for the typical configuration of
+//! every (organization, failure cluster) of the run's data; those that pass the graders' format
+//! check and serving's hard constraints go to `candidate_recommendations` tagged with the run's
+//! model version, where `serve` ranks them beside the heuristic candidates. The database is
+//! opened only around a check before the model work and the write after it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use crate::cli::DatabaseArgs;
+use crate::rft::model_candidates::{
+    ClusterCandidates, Harvest, ServingContext, StoredCandidate, harvest, merge_clusters,
+    serving_contexts,
+};
+use crate::rft::{Grader, RftDataset, RftPrompt};
+use crate::storage::candidate_stats::{SavedCandidates, save_model_candidates_by_cluster};
+use crate::storage::clusters::active_cluster_ids;
+use crate::storage::training_runs;
+use crate::training::evaluation::{RunModel, load_run_model};
+use crate::training::rollout::{PromptTokens, Sampling, rollout, tokenize_prompts};
+use crate::training::run_dir::{FINAL_ADAPTER_DIR, read_settings};
+use crate::training::{DeviceChoice, TrainSettings};
+
+/// The file of a run directory holding its id (`arc-rec train` writes it): the model version.
+const RUN_ID_FILE: &str = "run_id";
+/// Most recommendations per context.
+pub const MAX_K: usize = 64;
+
+/// Arguments of `arc-rec candidates`.
+#[derive(Debug, Args)]
+pub struct CandidatesArgs {
+    /// The run directory `arc-rec train` wrote: its RL model generates, its data (config.json's
+    /// `data`) gives the contexts, its `run_id` is the model version the candidates are tagged
+    /// with.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub run: PathBuf,
+    /// Recommendations sampled per (organization, failure cluster) context (1–64).
+    #[arg(long, default_value_t = 8)]
+    pub k: usize,
+    /// Sampling temperature (the run's RL sampling temperature by default).
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Most tokens per recommendation (the run's --max-new-tokens by default).
+    #[arg(long)]
+    pub max_new_tokens: Option<usize>,
+    /// Seeds the samples (with each context's prompt): the same run, data and seed give the
+    /// same candidates.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Contexts per generation batch (memory against speed).
+    #[arg(long, default_value_t = 8)]
+    pub batch_prompts: usize,
+    /// Where to run: CUDA (bf16) when available, or the CPU (f32).
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
+}
+
+/// One organization's figures.
+#[derive(Debug, Default)]
+struct OrgSummary {
+    contexts: usize,
+    generated: usize,
+    valid: usize,
+    passed: usize,
+    rows: usize,
+    for_cluster: usize,
+    saved: SavedCandidates,
+}
+
+/// Runs `arc-rec candidates`.
+pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    if !(1..=MAX_K).contains(&args.k) {
+        bail!("--k must be between 1 and {MAX_K}, got {}", args.k);
+    }
+    if let Some(temperature) = args.temperature
+        && !(temperature.is_finite() && temperature > 0.0)
+    {
+        bail!("--temperature must be positive, got {temperature}");
+    }
+    if args.max_new_tokens == Some(0) {
+        bail!("--max-new-tokens must be at least 1");
+    }
+    if args.batch_prompts == 0 {
+        bail!("--batch-prompts must be at least 1");
+    }
+    // Everything that can be checked before minutes of generation is.
+    let settings = read_settings(&args.run, "--run")?;
+    let run_id = std::fs::read_to_string(args.run.join(RUN_ID_FILE))
+        .with_context(|| {
+            format!(
+                "--run {}: no {RUN_ID_FILE} file; not a run directory of `arc-rec train`",
+                args.run.display()
+            )
+        })?
+        .trim()
+        .to_owned();
+    if run_id.is_empty() {
+        bail!(
+            "--run {}: its {RUN_ID_FILE} file is empty",
+            args.run.display()
+        );
+    }
+    if !args.run.join(FINAL_ADAPTER_DIR).is_dir() {
+        bail!(
+            "--run {}: no {FINAL_ADAPTER_DIR}/, the run has not finished its RL steps (finish it with `arc-rec train --resume {}`)",
+            args.run.display(),
+            args.run.display()
+        );
+    }
+    let dataset = RftDataset::load(&settings.data).with_context(|| {
+        format!(
+            "--run {}: its data {}",
+            args.run.display(),
+            settings.data.display()
+        )
+    })?;
+    let contexts = serving_contexts(&dataset);
+    if contexts.is_empty() {
+        bail!(
+            "{}: no context with a recorded failure to generate candidates for",
+            settings.data.display()
+        );
+    }
+    let orgs: Vec<String> = contexts
+        .iter()
+        .map(|c| c.org.to_owned())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let stored_clusters: BTreeMap<String, BTreeSet<String>> = {
+        let orgs = orgs.clone();
+        super::with_database(database, |pool| async move {
+            let unknown = training_runs::unknown_orgs(&pool, &orgs).await?;
+            if !unknown.is_empty() {
+                bail!(
+                    "organization(s) {} of the run's data are not in the database",
+                    unknown.join(", ")
+                );
+            }
+            let mut stored = BTreeMap::new();
+            for org in orgs {
+                let ids = active_cluster_ids(&pool, &org).await?;
+                stored.insert(org, ids.into_iter().collect());
+            }
+            Ok(stored)
+        })
+        .await?
+    };
+
+    let runtime = trainer::device::Runtime::select(args.device.request())?;
+    let sampling = Sampling {
+        n: args.k,
+        max_new_tokens: args.max_new_tokens.unwrap_or(settings.max_new_tokens),
+        temperature: args.temperature.unwrap_or(settings.temperature),
+        seed: args.seed,
+    };
+    println!(
+        "generating {} recommendations for each of {} contexts (organization × failure cluster, its typical configuration) of {} in {} organization(s) with model version {} on {}",
+        args.k,
+        contexts.len(),
+        settings.data.display(),
+        orgs.len(),
+        run_id,
+        runtime.describe()
+    );
+    let generation = Instant::now();
+    let harvests = tokio::task::block_in_place(|| {
+        generate(
+            args, &settings, runtime, &dataset, &contexts, &run_id, sampling,
+        )
+    })?;
+    let generation_seconds = generation.elapsed().as_secs_f64();
+
+    // Candidates of a context whose cluster is not an active stored cluster (an export made
+    // before `arc-rec cluster`, whose clusters are failure categories, or clusters renamed since)
+    // are stored for any cluster.
+    let mut summaries: BTreeMap<&str, OrgSummary> = BTreeMap::new();
+    let mut per_org: BTreeMap<&str, Vec<ClusterCandidates>> = BTreeMap::new();
+    let mut unmatched = 0;
+    let mut format_errors: BTreeMap<&str, usize> = BTreeMap::new();
+    for (context, harvest) in contexts.iter().zip(&harvests) {
+        let stored = stored_clusters
+            .get(context.org)
+            .is_some_and(|ids| ids.contains(context.cluster));
+        if !stored {
+            unmatched += 1;
+        }
+        let summary = summaries.entry(context.org).or_default();
+        summary.contexts += 1;
+        summary.generated += harvest.generated;
+        summary.valid += harvest.valid;
+        summary.passed += harvest.candidates.len();
+        for (kind, count) in &harvest.format_errors {
+            *format_errors.entry(kind).or_insert(0) += count;
+        }
+        per_org.entry(context.org).or_default().push((
+            stored.then(|| context.cluster.to_owned()),
+            harvest.candidates.clone(),
+        ));
+    }
+    let rows: BTreeMap<String, Vec<StoredCandidate>> = per_org
+        .into_iter()
+        .map(|(org, per_context)| (org.to_owned(), merge_clusters(per_context)))
+        .collect();
+    let generated: usize = summaries.values().map(|s| s.generated).sum();
+    let valid: usize = summaries.values().map(|s| s.valid).sum();
+    let passed: usize = summaries.values().map(|s| s.passed).sum();
+    let errors = format_errors
+        .iter()
+        .map(|(kind, count)| format!("{kind} {count}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if passed == 0 {
+        bail!(
+            "the model produced no usable candidate: {generated} recommendations generated, {valid} passed the format check{}, none passed the hard constraints; nothing was written (train the run longer, e.g. more --sft-steps, or sample more with --k)",
+            if errors.is_empty() {
+                String::new()
+            } else {
+                format!(" (format errors: {errors})")
+            }
+        );
+    }
+
+    let base_model = std::path::absolute(&settings.model)
+        .unwrap_or_else(|_| settings.model.clone())
+        .display()
+        .to_string();
+    let saved: BTreeMap<String, SavedCandidates> = {
+        let (rows, run_id) = (rows.clone(), run_id.clone());
+        super::with_database(database, |pool| async move {
+            let mut saved = BTreeMap::new();
+            for (org, rows) in rows.iter().filter(|(_, rows)| !rows.is_empty()) {
+                let written =
+                    save_model_candidates_by_cluster(&pool, org, &run_id, &base_model, rows)
+                        .await
+                        .with_context(|| format!("writing {org}'s candidates"))?;
+                saved.insert(org.clone(), written);
+            }
+            Ok(saved)
+        })
+        .await?
+    };
+    for (org, rows) in &rows {
+        let summary = summaries.entry(org.as_str()).or_default();
+        summary.rows = rows.len();
+        summary.for_cluster = rows.iter().filter(|(c, _)| c.is_some()).count();
+        summary.saved = saved.get(org).copied().unwrap_or_default();
+    }
+    print_summary(&summaries);
+    if !errors.is_empty() {
+        println!("format errors: {errors}");
+    }
+    if unmatched > 0 {
+        println!(
+            "{unmatched} of {} contexts' failure clusters are not active clusters in the database (the data was exported before `arc-rec cluster`, or re-clustered since): their candidates are for any cluster",
+            contexts.len()
+        );
+    }
+    println!(
+        "wrote {} candidates of model version {} in {:.1} s ({:.1} s generating); `arc-rec serve` loads an organization's candidates when it first serves it (restart a running server)",
+        rows.values().map(Vec::len).sum::<usize>(),
+        run_id,
+        started.elapsed().as_secs_f64(),
+        generation_seconds
+    );
+    Ok(())
+}
+
+/// Samples every context's completions with the run's RL model and reads them as candidates.
+fn generate(
+    args: &CandidatesArgs,
+    settings: &TrainSettings,
+    runtime: trainer::device::Runtime,
+    dataset: &RftDataset,
+    contexts: &[ServingContext<'_>],
+    run_id: &str,
+    sampling: Sampling,
+) -> anyhow::Result<Vec<Harvest>> {
+    let policy = load_run_model(RunModel::Rl, settings, &args.run, runtime)?;
+    let prompts: Vec<&RftPrompt> = contexts.iter().map(|c| c.prompt).collect();
+    let tokens = tokenize_prompts(&policy, dataset, &prompts)?;
+    // The format check is the graders' (`Grader::grade` reads a completion with
+    // `parse_recommendation`, as `harvest` does); verdicts need no world here.
+    let grader = Grader::logged(false);
+    let total = tokens.len();
+    let bar = std::io::stderr()
+        .is_terminal()
+        .then(|| crate::progress::bar(total as u64, "contexts", false));
+    let mut harvests = Vec::with_capacity(total);
+    for batch in tokens.chunks(args.batch_prompts) {
+        let picks: Vec<&PromptTokens<'_>> = batch.iter().collect();
+        let rollout = rollout(&policy, &picks, sampling, &grader, args.seed)?;
+        for (pick, group) in batch.iter().zip(rollout.groups) {
+            let completions: Vec<String> = group
+                .samples
+                .iter()
+                .map(|sample| policy.decode(&sample.tokens))
+                .collect();
+            let harvest = harvest(pick.prompt, &completions, run_id);
+            debug_assert_eq!(
+                harvest.valid,
+                group
+                    .samples
+                    .iter()
+                    .filter(|s| s.verdict.format_valid)
+                    .count()
+            );
+            harvests.push(harvest);
+        }
+        match &bar {
+            Some(bar) => bar.set_position(harvests.len() as u64),
+            None => println!(
+                "generated for {}/{total} contexts ({} candidates so far)",
+                harvests.len(),
+                harvests.iter().map(|h| h.candidates.len()).sum::<usize>()
+            ),
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(harvests)
+}
+
+fn print_summary(summaries: &BTreeMap<&str, OrgSummary>) {
+    println!(
+        "{:<16} {:>8} {:>9} {:>6} {:>6} {:>7} {:>5} {:>8} {:>11}",
+        "organization",
+        "contexts",
+        "generated",
+        "valid",
+        "passed",
+        "written",
+        "new",
+        "updated",
+        "for cluster"
+    );
+    let mut total = OrgSummary::default();
+    let line = |org: &str, s: &OrgSummary| {
+        println!(
+            "{org:<16} {:>8} {:>9} {:>6} {:>6} {:>7} {:>5} {:>8} {:>11}",
+            s.contexts,
+            s.generated,
+            s.valid,
+            s.passed,
+            s.rows,
+            s.saved.inserted,
+            s.saved.updated,
+            s.for_cluster
+        );
+    };
+    for (org, summary) in summaries {
+        line(org, summary);
+        total.contexts += summary.contexts;
+        total.generated += summary.generated;
+        total.valid += summary.valid;
+        total.passed += summary.passed;
+        total.rows += summary.rows;
+        total.for_cluster += summary.for_cluster;
+        total.saved.inserted += summary.saved.inserted;
+        total.saved.updated += summary.saved.updated;
+    }
+    line("total", &total);
+    println!(
+        "valid: passed the graders' format check; passed: also serving's hard constraints (a valid \
+         configuration after the diff, a real change, no two alike in a context); written: rows of \
+         candidate_recommendations (a candidate proposed in several clusters is one row, for any \
+         cluster); for cluster: rows tied to one failure cluster, the others serve every cluster"
+    );
+}

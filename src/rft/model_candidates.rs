@@ -1,0 +1,347 @@
+//! The recommender model's candidates for serving, the parts that need no model: which contexts
+//! the model is asked about (per organization and failure cluster, the cluster's typical
+//! configuration with the user turn the export rendered for it), which of its completions become
+//! candidates (the graders' format check, then serving's hard constraints), and how one
+//! organization's candidates from several clusters are stored (one row per candidate id).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+
+use super::completion::parse_recommendation;
+use super::dataset::{RftDataset, RftPrompt};
+use crate::candidates::finalize;
+use crate::domain::agent_config::config_hash;
+use crate::domain::{Candidate, CandidateSource};
+
+/// One context the model generates candidates for: the typical configuration of one
+/// (organization, failure cluster).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServingContext<'a> {
+    pub org: &'a str,
+    /// The failure cluster as the export wrote it ([`RftPrompt::cluster`]): a stored cluster id
+    /// when the history was clustered before the export, else a failure category.
+    pub cluster: &'a str,
+    /// The prompt of the typical configuration: its rendered user turn and configuration.
+    pub prompt: &'a RftPrompt,
+    /// Contexts (prompts) of the organization in this cluster.
+    pub cluster_contexts: usize,
+    /// Decided examples of those contexts.
+    pub cluster_examples: usize,
+    /// Decided examples whose context has the typical configuration.
+    pub config_examples: usize,
+}
+
+/// The decided examples (approved or rejected recommendations) behind a prompt.
+fn examples(prompt: &RftPrompt) -> usize {
+    prompt
+        .logged
+        .values()
+        .map(|v| v.approved as usize + v.rejected as usize)
+        .sum()
+}
+
+/// One context per (organization, failure cluster) of the data set's prompts: the configuration
+/// (compared by [`config_hash`], whatever its `config_id`) with the most decided examples among
+/// the cluster's contexts, and of its prompts the one with the most examples (ties: the first in
+/// file order). Prompts without a failure cluster (no failure recorded before the change) are
+/// left out: a recommendation request always has a failure context. Ordered by organization, then
+/// by the cluster's examples (most first), then cluster.
+pub fn serving_contexts(dataset: &RftDataset) -> Vec<ServingContext<'_>> {
+    let mut groups: BTreeMap<(&str, &str), Vec<&RftPrompt>> = BTreeMap::new();
+    for prompt in &dataset.prompts {
+        if let Some(cluster) = prompt.cluster.as_deref() {
+            groups
+                .entry((prompt.org.as_str(), cluster))
+                .or_default()
+                .push(prompt);
+        }
+    }
+    let mut contexts: Vec<ServingContext<'_>> = groups
+        .into_iter()
+        .map(|((org, cluster), prompts)| {
+            let hashes: Vec<String> = prompts
+                .iter()
+                .map(|p| config_hash(&p.current_config))
+                .collect();
+            // Configuration → (examples, first position).
+            let mut configs: HashMap<&str, (usize, usize)> = HashMap::new();
+            for (i, (prompt, hash)) in prompts.iter().zip(&hashes).enumerate() {
+                configs.entry(hash.as_str()).or_insert((0, i)).0 += examples(prompt);
+            }
+            let (typical, (config_examples, _)) = configs
+                .iter()
+                .max_by(|a, b| a.1.0.cmp(&b.1.0).then(b.1.1.cmp(&a.1.1)))
+                .map(|(hash, counts)| (*hash, *counts))
+                .expect("a group has a prompt");
+            let mut chosen: Option<&RftPrompt> = None;
+            for (prompt, hash) in prompts.iter().zip(&hashes) {
+                if hash == typical && chosen.is_none_or(|c| examples(prompt) > examples(c)) {
+                    chosen = Some(prompt);
+                }
+            }
+            ServingContext {
+                org,
+                cluster,
+                prompt: chosen.expect("the typical configuration has a prompt"),
+                cluster_contexts: prompts.len(),
+                cluster_examples: prompts.iter().map(|p| examples(p)).sum(),
+                config_examples,
+            }
+        })
+        .collect();
+    contexts.sort_by(|a, b| {
+        a.org
+            .cmp(b.org)
+            .then(b.cluster_examples.cmp(&a.cluster_examples))
+            .then(a.cluster.cmp(b.cluster))
+    });
+    contexts
+}
+
+/// What one context's completions gave.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Harvest {
+    /// Completions read.
+    pub generated: usize,
+    /// Completions that passed the graders' format check ([`parse_recommendation`]).
+    pub valid: usize,
+    /// Why the others did not, by [`super::FormatError::kind`].
+    pub format_errors: BTreeMap<&'static str, usize>,
+    /// The valid ones that also pass serving's hard constraints for the context's configuration
+    /// ([`finalize`]: valid merge patch and result, a real change, no two with the same effect),
+    /// as candidates of `model_version_id`.
+    pub candidates: Vec<Candidate>,
+}
+
+/// Reads a context's completions as candidates. A candidate's diff is the completion's canonical
+/// answer (the minimal merge patch to the configuration it leads to, so keys the model repeated
+/// unchanged are not imposed on other configurations), its description the completion's
+/// rationale; expected deltas and evidence are 0 (the model gives no estimate of its own, and the
+/// bandit learns the candidate's worth from feedback).
+pub fn harvest(prompt: &RftPrompt, completions: &[String], model_version_id: &str) -> Harvest {
+    let mut harvest = Harvest {
+        generated: completions.len(),
+        ..Harvest::default()
+    };
+    let mut drafts = Vec::with_capacity(completions.len());
+    for text in completions {
+        let parsed = match parse_recommendation(text, &prompt.current_config) {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                *harvest.format_errors.entry(error.kind()).or_insert(0) += 1;
+                continue;
+            }
+        };
+        harvest.valid += 1;
+        let diff: Value = serde_json::from_str(&parsed.canonical).unwrap_or(parsed.diff);
+        drafts.push(Candidate {
+            candidate_id: Candidate::id_for(parsed.kind, &diff),
+            recommendation_type: parsed.kind,
+            diff,
+            description: parsed.rationale.trim().to_owned(),
+            expected_reliability_delta: 0.0,
+            expected_cost_delta_usd: 0.0,
+            evidence_count: 0,
+            source: CandidateSource::Model {
+                model_version_id: model_version_id.to_owned(),
+            },
+        });
+    }
+    harvest.candidates = finalize(&prompt.current_config, drafts, None, usize::MAX);
+    harvest
+}
+
+/// Candidates with the cluster they are for (`None`: any cluster): one context's, before
+/// [`merge_clusters`].
+pub type ClusterCandidates = (Option<String>, Vec<Candidate>);
+
+/// One stored candidate with the cluster it is for (`None`: any cluster).
+pub type StoredCandidate = (Option<String>, Candidate);
+
+/// One organization's candidates as stored: one row per candidate id, for the cluster of the
+/// contexts that proposed it, or for any cluster (`None`) when contexts of several clusters (or
+/// one without a stored cluster) proposed it. The first proposal's type, diff and rationale are
+/// kept; rows are in the order candidates first appear.
+pub fn merge_clusters(
+    per_context: impl IntoIterator<Item = ClusterCandidates>,
+) -> Vec<StoredCandidate> {
+    let mut rows: Vec<StoredCandidate> = Vec::new();
+    let mut position: HashMap<String, usize> = HashMap::new();
+    for (cluster, candidates) in per_context {
+        for candidate in candidates {
+            match position.get(&candidate.candidate_id) {
+                Some(&i) => {
+                    if rows[i].0 != cluster {
+                        rows[i].0 = None;
+                    }
+                }
+                None => {
+                    position.insert(candidate.candidate_id.clone(), rows.len());
+                    rows.push((cluster.clone(), candidate));
+                }
+            }
+        }
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::RecommendationType;
+    use crate::export::Split;
+    use crate::rft::LoggedVerdicts;
+
+    fn prompt(
+        id: &str,
+        org: &str,
+        cluster: Option<&str>,
+        config: Value,
+        decided: u32,
+    ) -> RftPrompt {
+        let mut logged = BTreeMap::new();
+        logged.insert(
+            format!("{{\"n\":{id:?}}}"),
+            LoggedVerdicts {
+                approved: decided,
+                rejected: 0,
+            },
+        );
+        RftPrompt {
+            id: id.to_owned(),
+            org: org.to_owned(),
+            config_id: id.to_owned(),
+            split: Split::Train,
+            user_turn: format!("turn {id}"),
+            current_config: config,
+            logged,
+            accepted_completions: Vec::new(),
+            cluster: cluster.map(str::to_owned),
+        }
+    }
+
+    fn config(temperature: f64) -> Value {
+        json!({"model": "openai/gpt-4.1", "temperature": temperature, "retry": {"max_attempts": 1}})
+    }
+
+    fn dataset(prompts: Vec<RftPrompt>) -> RftDataset {
+        RftDataset {
+            path: "data.jsonl".into(),
+            examples: prompts.len(),
+            prompts,
+        }
+    }
+
+    #[test]
+    fn one_context_per_org_and_cluster_with_the_most_decided_configuration() {
+        let data = dataset(vec![
+            prompt("a1", "acme", Some("timeout-web_search"), config(0.7), 2),
+            // The same configuration under another config id: their examples add up (2 + 2 > 3).
+            prompt("a2", "acme", Some("timeout-web_search"), config(0.9), 3),
+            prompt("a3", "acme", Some("timeout-web_search"), config(0.7), 2),
+            prompt("a4", "acme", Some("rate_limit"), config(0.5), 1),
+            prompt("a5", "acme", None, config(0.1), 9),
+            prompt("g1", "globex", Some("timeout-web_search"), config(0.3), 1),
+        ]);
+        let contexts = serving_contexts(&data);
+        let picked: Vec<(&str, &str, &str)> = contexts
+            .iter()
+            .map(|c| (c.org, c.cluster, c.prompt.id.as_str()))
+            .collect();
+        assert_eq!(
+            picked,
+            [
+                ("acme", "timeout-web_search", "a1"),
+                ("acme", "rate_limit", "a4"),
+                ("globex", "timeout-web_search", "g1"),
+            ],
+            "the configuration with the most examples, its first prompt on a tie; no context \
+             without a cluster; clusters by examples"
+        );
+        assert_eq!(
+            (
+                contexts[0].cluster_contexts,
+                contexts[0].cluster_examples,
+                contexts[0].config_examples
+            ),
+            (3, 7, 4)
+        );
+    }
+
+    #[test]
+    fn completions_pass_the_format_check_and_the_constraints() {
+        let p = prompt("a1", "acme", Some("c"), config(0.7), 1);
+        let completions: Vec<String> = [
+            // Valid; repeats the unchanged model, which the canonical diff leaves out.
+            r#"{"type": "temperature", "diff": {"model": "openai/gpt-4.1", "temperature": 0.2}, "rationale": "Cooler. "}"#,
+            // The same effect again: one candidate.
+            r#"{"type": "temperature", "diff": {"temperature": 0.20}, "rationale": "Again."}"#,
+            r#"{"type": "retry_policy", "diff": {"retry": {"max_attempts": 3}}, "rationale": "Retry."}"#,
+            // No change, unknown type, not JSON, invalid result.
+            r#"{"type": "temperature", "diff": {"temperature": 0.7}, "rationale": "Same."}"#,
+            r#"{"type": "magic", "diff": {"temperature": 0.1}, "rationale": "?"}"#,
+            "{\"type\": \"temperature\", \"diff\": {\"tempera",
+            r#"{"type": "temperature", "diff": {"temperature": 9}, "rationale": "Hot."}"#,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let harvest = harvest(&p, &completions, "rft-1");
+        assert_eq!((harvest.generated, harvest.valid), (7, 3));
+        assert_eq!(harvest.format_errors.values().sum::<usize>(), 4);
+        assert_eq!(harvest.format_errors["no_change"], 1);
+        assert_eq!(harvest.candidates.len(), 2, "{:#?}", harvest.candidates);
+        let cooler = harvest
+            .candidates
+            .iter()
+            .find(|c| c.recommendation_type == RecommendationType::Temperature)
+            .unwrap();
+        assert_eq!(cooler.diff, json!({"temperature": 0.2}));
+        assert_eq!(cooler.description, "Cooler.");
+        assert_eq!(
+            cooler.candidate_id,
+            Candidate::id_for(cooler.recommendation_type, &cooler.diff)
+        );
+        assert_eq!(
+            cooler.source,
+            CandidateSource::Model {
+                model_version_id: "rft-1".to_owned()
+            }
+        );
+        assert_eq!(
+            (
+                cooler.expected_reliability_delta,
+                cooler.expected_cost_delta_usd,
+                cooler.evidence_count
+            ),
+            (0.0, 0.0, 0)
+        );
+    }
+
+    #[test]
+    fn a_candidate_of_several_clusters_is_stored_once_for_any_cluster() {
+        let p = prompt("a1", "acme", Some("c"), config(0.7), 1);
+        let completion =
+            |diff: &str| format!(r#"{{"type": "temperature", "diff": {diff}, "rationale": "r"}}"#);
+        let cool = harvest(&p, &[completion(r#"{"temperature": 0.2}"#)], "m").candidates;
+        let warm = harvest(&p, &[completion(r#"{"temperature": 0.9}"#)], "m").candidates;
+        let rows = merge_clusters([
+            (Some("a".to_owned()), cool.clone()),
+            (Some("b".to_owned()), [warm.clone(), cool.clone()].concat()),
+            (Some("a".to_owned()), cool.clone()),
+        ]);
+        assert_eq!(
+            rows.iter()
+                .map(|(cluster, c)| (cluster.as_deref(), c.diff["temperature"].as_f64()))
+                .collect::<Vec<_>>(),
+            [(None, Some(0.2)), (Some("b"), Some(0.9))]
+        );
+        let rows = merge_clusters([
+            (Some("a".to_owned()), cool.clone()),
+            (Some("a".to_owned()), cool),
+        ]);
+        assert_eq!(rows[0].0.as_deref(), Some("a"));
+    }
+}
