@@ -12,14 +12,13 @@ use serde::Serialize;
 
 use crate::export::Split;
 use crate::plot::{Panel, Series, write_png};
-use crate::rft::{Grader, GraderKind, RftDataset};
+use crate::rft::{GraderKind, RftDataset};
 use crate::training::DeviceChoice;
 use crate::training::evaluation::{
     EvalSettings, ModelReport, evaluate, load_run_model, run_models,
 };
 use crate::training::rollout::tokenize_prompts;
 use crate::training::run_dir::{read_settings, write_atomically};
-use crate::world::WorldParams;
 
 /// Where `eval` writes its figures inside the run directory.
 pub const EVAL_JSON_FILE: &str = "eval.json";
@@ -110,18 +109,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         held_out.truncate(max);
     }
     let grader_kind = args.grader.unwrap_or(settings.grader);
-    let grader = match grader_kind {
-        GraderKind::Logged => Grader::logged(settings.format_bonus),
-        GraderKind::World => Grader::world(
-            WorldParams {
-                seed: settings.world_seed,
-                outcomes: settings.world_outcomes,
-                ..WorldParams::default()
-            },
-            held_out.iter().copied(),
-            settings.format_bonus,
-        )?,
-    };
+    let grader = settings.grader(grader_kind, held_out.iter().copied())?;
     let runtime = trainer::device::Runtime::select(args.device.request())?;
     let eval_settings = EvalSettings {
         n: args.n,

@@ -34,7 +34,6 @@ use super::run_dir::{Checkpoint, CheckpointState, FINAL_ADAPTER_DIR, RunDir, WAR
 use super::settings::TrainSettings;
 use crate::export::Split;
 use crate::rft::{Grader, GraderKind, RftDataset, RftPrompt};
-use crate::world::WorldParams;
 
 /// Fault injection for the crash and rollback tests (set from hidden environment variables by
 /// the command; never in normal use).
@@ -164,18 +163,7 @@ pub fn train(
     let estimator = settings.estimator().map_err(anyhow::Error::msg)?;
     let runtime = Runtime::select(settings.device.request())?;
     let train_prompts = train_split(dataset, &settings.data)?;
-    let grader = match settings.grader {
-        GraderKind::Logged => Grader::logged(settings.format_bonus),
-        GraderKind::World => Grader::world(
-            WorldParams {
-                seed: settings.world_seed,
-                outcomes: settings.world_outcomes,
-                ..WorldParams::default()
-            },
-            train_prompts.iter().copied(),
-            settings.format_bonus,
-        )?,
-    };
+    let grader = settings.grader(settings.grader, train_prompts.iter().copied())?;
 
     let phase_of = |step: u64| {
         if step < settings.sft_steps {

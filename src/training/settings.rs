@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use objectives::{Estimator, Objective};
 use serde::{Deserialize, Serialize};
 
-use crate::rft::GraderKind;
+use crate::rft::{Grader, GraderError, GraderKind, RftPrompt};
+use crate::world::WorldParams;
 
 /// `--device`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -236,6 +237,26 @@ impl TrainSettings {
         match checks.into_iter().find(|(ok, _)| !ok) {
             Some((_, problem)) => Err(problem),
             None => Ok(()),
+        }
+    }
+
+    /// The `kind` grader for `prompts` with the run's world and format bonus.
+    pub fn grader<'a>(
+        &self,
+        kind: GraderKind,
+        prompts: impl IntoIterator<Item = &'a RftPrompt>,
+    ) -> Result<Grader, GraderError> {
+        match kind {
+            GraderKind::Logged => Ok(Grader::logged(self.format_bonus)),
+            GraderKind::World => Grader::world(
+                WorldParams {
+                    seed: self.world_seed,
+                    outcomes: self.world_outcomes,
+                    ..WorldParams::default()
+                },
+                prompts,
+                self.format_bonus,
+            ),
         }
     }
 
