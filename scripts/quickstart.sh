@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The main job (README quick start): installs what it needs, builds arc-rec, generates the
-# synthetic Arc-Eval platform history into the embedded Postgres (./.arc-rec), and exports
-# Configuration→Outcome training examples to ./out/. Idempotent: a second run adds nothing.
+# The main job (README quick start): installs what it needs, builds arc-rec, and runs the whole
+# pipeline on the embedded Postgres (./.arc-rec) and a tiny CPU model: synthetic platform history
+# → failure clusters → training examples (out/) → tiny model (models/tiny) → warm-up + pass@k RL
+# (runs/quickstart) → held-out eval → the model's candidates into serving → a sample
+# /v1/recommendations answer that includes a model candidate. Idempotent: a second run adds no
+# history, resumes or reuses the run, and stores no candidate twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,8 +14,97 @@ source scripts/env.sh
 cargo build --release --locked --bin arc-rec
 
 arc_rec=target/release/arc-rec
-mkdir -p out
+run=runs/quickstart
+mkdir -p out models runs
+
+echo "== 1. synthetic platform history, failure clusters, training examples"
 $arc_rec simulate --seed 1
+$arc_rec cluster
 $arc_rec export --out out/examples.jsonl
 $arc_rec export --format chat --out out/examples.chat.jsonl
-echo "training examples: out/examples.jsonl (arc-rec format), out/examples.chat.jsonl (chat SFT format)"
+
+echo "== 2. a tiny model (its own tokenizer, random weights)"
+if [ ! -f models/tiny/config.json ]; then
+  $arc_rec model init --preset tiny --out models/tiny
+fi
+
+echo "== 3. warm-up + pass@4 RL (world grader) into $run"
+if [ -f "$run/summary.json" ]; then
+  echo "$run is complete"
+elif [ -f "$run/config.json" ]; then
+  $arc_rec train --resume "$run"
+else
+  $arc_rec train --data out/examples.jsonl --model models/tiny --out "$run" --objective pass@k --k 4 --n 8
+fi
+
+echo "== 4. held-out evaluation: base vs warm-up vs RL"
+$arc_rec eval --run "$run" --n 8 --max-prompts 32
+
+echo "== 5. the model's candidates into serving"
+$arc_rec candidates --run "$run" --k 8
+
+echo "== 6. a sample /v1/recommendations answer"
+key_file=out/quickstart.platform-key
+if [ ! -s "$key_file" ]; then
+  $arc_rec keys create --org acme --role platform --label quickstart > "$key_file"
+fi
+key=$(cat "$key_file")
+port=18089
+$arc_rec serve --listen "127.0.0.1:$port" > out/quickstart.serve.log 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
+# (python3's urllib rather than curl: a fresh Debian machine may lack curl.)
+http() {
+  python3 - "$@" <<'PY'
+import sys, time, urllib.request
+url, key, body = sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None
+for attempt in range(150):
+    try:
+        request = urllib.request.Request(url, data=body.encode() if body else None, headers={
+            "Authorization": f"Bearer {key}", "content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            print(response.read().decode())
+            break
+    except urllib.error.HTTPError as error:
+        sys.exit(f"{url}: HTTP {error.code}: {error.read().decode()}")
+    except OSError:
+        time.sleep(0.2)  # the server is still starting
+else:
+    sys.exit(f"{url}: no answer")
+PY
+}
+http "http://127.0.0.1:$port/readyz" "$key" > /dev/null
+# A context of acme, the organization the run's candidates were written for, asking for enough
+# recommendations that the model's ideas appear beside the heuristics'.
+context=$(python3 - out/examples.jsonl <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    example = json.loads(line)
+    if example["org"] == "acme" and example["context"]["failures"]:
+        context = example["context"]
+        failures = [
+            {"failure_category": f["failure_category"], "error_message": f["example"]}
+            for f in context["failures"][:3]
+        ]
+        print(json.dumps({
+            "failure_context": {"failures": failures},
+            "current_config": context["current_config"],
+            "user_context": context.get("user_context") or {},
+            "k": 10,
+        }))
+        break
+PY
+)
+response=$(http "http://127.0.0.1:$port/v1/recommendations" "$key" "$context")
+python3 - "$response" <<'PY'
+import json, sys
+answer = json.loads(sys.argv[1])
+print("event {event_id}, cluster {cluster_id}, policy {policy_version}".format(**answer))
+for r in answer["recommendations"]:
+    source = r["source"] + (" (" + r["model_version_id"] + ")" if r.get("model_version_id") else "")
+    print("  {:+.3f}  {:<52} {:<12} {}".format(r["score"], source, r["type"], json.dumps(r["diff"])))
+models = [r for r in answer["recommendations"] if r["source"] == "model"]
+print("{} of {} recommendations came from the model".format(len(models), len(answer["recommendations"])))
+sys.exit(0 if models else 1)
+PY
+echo "run: $run (metrics.jsonl, curves.png, eval.json, eval.png); examples: out/"
