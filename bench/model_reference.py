@@ -7,15 +7,20 @@ Measures, on CUDA when available (bf16) or the CPU (f32):
   lora_train_step   forward + backward + AdamW step on the LoRA parameters (r=16, alpha=32, all
                     seven projections) over a batch of --train-batch (default k) sequences of
                     --train-len tokens, counting train-batch * train-len tokens per step
+  rl_step           one RL step: generate k completions of the prompt (sampled at temperature 1,
+                    exactly --new-tokens each), then one policy-gradient step on those k sequences
+                    through the LoRA adapters: loss = -sum_i A_i * (sum of completion-token
+                    log-probs), A = +1, -1, +1, ..., backward, grad-norm clip 1, AdamW; counting
+                    generated (k * new) + trained (k * (prompt + new)) tokens per step
 Each figure is a median over timed repetitions after warm-up, with torch.cuda.synchronize() around
 every timing and torch.cuda.max_memory_allocated() per phase. Prints ONE JSON object on stdout
 (settings and figures) so `arc-rec bench model` can run it and compute ratios; progress goes to
 stderr.
 
-Model: --checkpoint DIR (a Hugging Face checkpoint), --shape qwen2.5-7b (random-initialised
-Qwen2.5-7B shapes, built directly on the device), or --tiny (a random 2-layer Qwen2 for tests).
-Generation runs on the LoRA-wrapped model (adapters unmerged, as during RL rollouts) unless
---generate-without-lora.
+Model: --checkpoint DIR (a Hugging Face checkpoint), --shape qwen2.5-7b or qwen2.5-0.5b
+(random-initialised Qwen2.5 shapes, built directly on the device), or --tiny (a random 2-layer
+Qwen2 for tests). Generation runs on the LoRA-wrapped model (adapters unmerged, as during RL
+rollouts) unless --generate-without-lora (which rl_step ignores: it samples from the policy).
 """
 
 import argparse
@@ -38,6 +43,8 @@ except ImportError as missing:
         "install torch 2.11, transformers and peft into it (pip install transformers peft)"
     ) from None
 
+PHASES = ["generate_batch1", "generate_k", "lora_train_step", "rl_step"]
+
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 SHAPES = {
@@ -53,6 +60,19 @@ SHAPES = {
         rope_theta=1_000_000.0,
         rms_norm_eps=1e-6,
         tie_word_embeddings=False,
+    ),
+    # Qwen2.5-0.5B's config.json: an RL step fits a CPU in f32 (494M parameters, 2 GB).
+    "qwen2.5-0.5b": dict(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
     ),
     # Small enough that every phase runs in seconds on a CPU.
     "tiny": dict(
@@ -94,11 +114,11 @@ def parse_args(argv):
         "--gradient-checkpointing",
         choices=["auto", "on", "off"],
         default="auto",
-        help="auto: on for models over 1B parameters (the 7B shape)",
+        help="auto: on for models over 1B parameters (the 7B shape); training phases only",
     )
     parser.add_argument("--generate-without-lora", action="store_true", help="generate with the bare base model")
     parser.add_argument(
-        "--phases", default="generate_batch1,generate_k,lora_train_step", help="comma-separated subset to run"
+        "--phases", default=",".join(PHASES), help="comma-separated subset to run"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, help="torch intra-op CPU threads (default: torch's own choice)")
@@ -232,6 +252,92 @@ def train_phase(model, device, args, checkpointing):
     }
 
 
+def rl_phase(model, device, args, prompt, checkpointing):
+    """One RL step per repetition: k sampled completions, then a policy-gradient step on them."""
+    k, prompt_len, new_tokens = args.k, prompt.shape[1], args.new_tokens
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    # torch's AdamW defaults (weight decay 0.01) are arc-rec's trainer defaults too.
+    optimizer = torch.optim.AdamW(trainable, lr=args.lr)
+    advantages_list = [1.0 if i % 2 == 0 else -1.0 for i in range(k)]
+    advantages = torch.tensor(advantages_list, device=device)
+    kwargs = dict(
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        num_return_sequences=k,
+        pad_token_id=0,
+        use_cache=True,
+    )
+    attention_mask = torch.ones_like(prompt)
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    parts, losses, grad_norms = [], [], []
+
+    def step():
+        model.eval()
+        start = time.perf_counter()
+        with torch.inference_mode():
+            output = model.generate(input_ids=prompt, attention_mask=attention_mask, **kwargs)
+        if tuple(output.shape) != (k, prompt_len + new_tokens):
+            raise SystemExit(f"generate returned {tuple(output.shape)}, expected {k} x {prompt_len + new_tokens}")
+        # An ordinary tensor: inference-mode tensors cannot enter autograd.
+        sequences = output.clone()
+        synchronize(device)
+        generated = time.perf_counter() - start
+        model.train()
+        # Logits of the positions that predict the completion tokens only (what TRL computes).
+        logits = model(input_ids=sequences, logits_to_keep=new_tokens + 1, use_cache=False).logits[:, :-1]
+        targets = sequences[:, prompt_len:].unsqueeze(-1)
+        logprobs = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets).squeeze(-1)
+        loss = -(advantages * logprobs.sum(dim=1)).sum()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        grad_norms.append(grad_norm.item())
+        synchronize(device)
+        parts.append((generated, time.perf_counter() - start - generated))
+
+    reset_peak(device)
+    seconds, _ = timed(device, args.warmup, args.repeats, step)
+    model.eval()
+    if checkpointing:
+        model.gradient_checkpointing_disable()
+    timed_parts = parts[len(parts) - args.repeats :]
+    generated_tokens = k * new_tokens
+    trained_tokens = k * (prompt_len + new_tokens)
+    tokens = generated_tokens + trained_tokens
+    median = statistics.median(seconds)
+    return {
+        "samples": k,
+        "prompt_tokens": prompt_len,
+        "new_tokens_per_sequence": new_tokens,
+        "generated_tokens": generated_tokens,
+        "trained_tokens": trained_tokens,
+        "tokens_per_step": tokens,
+        "do_sample": True,
+        "advantages": advantages_list,
+        "loss": "-sum_i A_i * sum of completion-token log-probs",
+        "trainable_parameters": sum(p.numel() for p in trainable),
+        "gradient_checkpointing": checkpointing,
+        "optimizer": f"AdamW(lr={args.lr}, weight_decay=0.01), grad-norm clip 1.0",
+        "losses": losses,
+        "grad_norms": grad_norms,
+        "seconds": seconds,
+        "seconds_median": median,
+        "generate_seconds": [p[0] for p in timed_parts],
+        "train_seconds": [p[1] for p in timed_parts],
+        "generate_seconds_median": statistics.median(p[0] for p in timed_parts),
+        "train_seconds_median": statistics.median(p[1] for p in timed_parts),
+        "tokens_per_s": tokens / median,
+        "max_memory_allocated_bytes": peak_bytes(device),
+    }
+
+
 def main(argv):
     args = parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -243,7 +349,7 @@ def main(argv):
     args.train_len = args.train_len or (512 if use_cuda else 64)
     args.train_batch = args.train_batch or args.k
     phases = [p for p in args.phases.split(",") if p]
-    unknown = set(phases) - {"generate_batch1", "generate_k", "lora_train_step"}
+    unknown = set(phases) - set(PHASES)
     if unknown:
         raise SystemExit(f"model_reference: unknown phases {sorted(unknown)}")
     if args.threads:
@@ -281,6 +387,9 @@ def main(argv):
     if "lora_train_step" in phases:
         log(f"LoRA training step on {args.train_batch} x {args.train_len} tokens")
         results["lora_train_step"] = train_phase(model, device, args, checkpointing)
+    if "rl_step" in phases:
+        log(f"RL step: k={args.k} x {args.new_tokens} sampled tokens, then a policy-gradient step")
+        results["rl_step"] = rl_phase(model, device, args, prompt, checkpointing)
 
     report = {
         "benchmark": "arc-rec model reference (transformers + peft)",

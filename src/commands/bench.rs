@@ -28,8 +28,9 @@ pub enum BenchCommand {
     Serve(crate::commands::bench_serve::BenchServeArgs),
     /// Open-loop HTTP load at a fixed rate against a running server (one JSON line of results).
     Load(crate::commands::load::LoadArgs),
-    /// Generation (batch 1, k samples) and LoRA training-step tokens/s of the tch model, as
-    /// ratios to PyTorch + transformers + peft doing the same work on the same device.
+    /// Generation (batch 1, k samples), LoRA training-step and RL-step (generate k + one
+    /// policy-gradient step) tokens/s of the tch model, as ratios to PyTorch + transformers +
+    /// peft doing the same work on the same device.
     #[cfg(feature = "rft")]
     Model(crate::commands::bench_model::BenchModelArgs),
 }

@@ -1,6 +1,7 @@
-//! `arc-rec bench model`: generation tokens/s (batch 1 and k samples) and LoRA training-step
-//! tokens/s of our tch model, each next to PyTorch + transformers + peft doing the same work on the
-//! same device in the same run (`bench/model_reference.py`), with the ratio. Needs no database.
+//! `arc-rec bench model`: generation tokens/s (batch 1 and k samples), LoRA training-step tokens/s
+//! and one RL step (k sampled completions, then a policy-gradient step on them) of our tch model,
+//! each next to PyTorch + transformers + peft doing the same work on the same device in the same
+//! run (`bench/model_reference.py`), with the ratio. Needs no database.
 //!
 //! When the reference runs, our side is measured in a child process (this binary again, with
 //! `--no-reference --json`): libtorch's CUDA caching allocator keeps what it reserved until the
@@ -15,14 +16,15 @@ use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use trainer::bench_model::{
-    GenerationThroughput, Throughput, generation_throughput, parameter_count, qwen2_5_7b_config,
-    random_model, random_prompt, run_reference_bench, seed_torch, train_step_throughput,
+    GenerationThroughput, RlStepThroughput, Throughput, generation_throughput, median,
+    parameter_count, qwen2_5_0_5b_config, qwen2_5_7b_config, random_model, random_prompt,
+    rl_step_throughput, run_reference_bench, seed_torch, train_step_throughput_with,
     use_torch_threads,
 };
 use trainer::device::Runtime;
 
 pub use crate::training::DeviceChoice;
-use trainer::model::{CausalLm, LoraConfig};
+use trainer::model::{CausalLm, Config, LoraConfig};
 
 /// The goal of every phase: at least as many tokens/s as PyTorch.
 const GOAL_RATIO: f64 = 1.0;
@@ -30,8 +32,57 @@ const GOAL_RATIO: f64 = 1.0;
 const TINY_SEED: u64 = 1;
 /// Outcomes of the synthetic world behind the tiny preset's tokenizer (`model init`'s default).
 const TINY_CORPUS_OUTCOMES: usize = 3_000;
-/// The phases, in report order.
-const PHASES: [&str; 3] = ["generate_batch1", "generate_k", "lora_train_step"];
+/// Above this many parameters `--gradient-checkpointing auto` turns checkpointing on (the
+/// reference's own rule: the 7B shape).
+const CHECKPOINTING_ABOVE_PARAMETERS: i64 = 1_000_000_000;
+
+/// A phase of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Phase {
+    /// `generate` at batch 1, greedy.
+    #[value(name = "generate_batch1")]
+    GenerateBatch1,
+    /// `generate` of k samples of one prompt, temperature 1.
+    #[value(name = "generate_k")]
+    GenerateK,
+    /// Forward + backward + AdamW on the LoRA adapters over a random batch.
+    #[value(name = "lora_train_step")]
+    LoraTrainStep,
+    /// k samples, then one policy-gradient step on them.
+    #[value(name = "rl_step")]
+    RlStep,
+}
+
+impl Phase {
+    /// Every phase, in report order.
+    const ALL: [Phase; 4] = [
+        Phase::GenerateBatch1,
+        Phase::GenerateK,
+        Phase::LoraTrainStep,
+        Phase::RlStep,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Phase::GenerateBatch1 => "generate_batch1",
+            Phase::GenerateK => "generate_k",
+            Phase::LoraTrainStep => "lora_train_step",
+            Phase::RlStep => "rl_step",
+        }
+    }
+}
+
+/// `--gradient-checkpointing`: recompute each decoder layer in the backward pass of the training
+/// phases, on both sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Checkpointing {
+    /// On for models over 1B parameters (the reference's rule).
+    Auto,
+    /// Always.
+    On,
+    /// Never.
+    Off,
+}
 
 /// Models `bench model` can build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -39,10 +90,35 @@ pub enum ModelShape {
     /// The `tiny` preset (`arc-rec model init --preset tiny`, seed 1), written to a temporary
     /// directory and loaded from there by both sides.
     Tiny,
+    /// Qwen2.5-0.5B's shapes with random weights, built on the device (f32 on the CPU, bf16 on
+    /// CUDA); each side draws its own weights, which does not change the cost of the work.
+    #[value(name = "qwen2.5-0.5b")]
+    #[serde(rename = "qwen2.5-0.5b")]
+    Qwen2_5_0_5b,
     /// Qwen2.5-7B's shapes with random weights, built on the device (bf16 on CUDA only).
     #[value(name = "qwen2.5-7b")]
     #[serde(rename = "qwen2.5-7b")]
     Qwen2_5_7b,
+}
+
+impl ModelShape {
+    /// The `--shape` value (and the reference script's).
+    fn name(self) -> &'static str {
+        match self {
+            ModelShape::Tiny => "tiny",
+            ModelShape::Qwen2_5_0_5b => "qwen2.5-0.5b",
+            ModelShape::Qwen2_5_7b => "qwen2.5-7b",
+        }
+    }
+
+    /// The config of a random-initialised shape; `None` for the tiny preset (a checkpoint).
+    fn random_config(self) -> Option<Config> {
+        match self {
+            ModelShape::Tiny => None,
+            ModelShape::Qwen2_5_0_5b => Some(qwen2_5_0_5b_config()),
+            ModelShape::Qwen2_5_7b => Some(qwen2_5_7b_config()),
+        }
+    }
 }
 
 /// Arguments of `arc-rec bench model`.
@@ -58,19 +134,21 @@ pub struct BenchModelArgs {
     /// Where to run (CUDA runs bf16, the CPU f32).
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,
-    /// Prompt length of the generation phases [default: 64].
+    /// Prompt length of the generation phases and the RL step [default: 64].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub prompt_tokens: Option<u32>,
-    /// New tokens per generated sequence [default: 32 for tiny, 512 for qwen2.5-7b].
+    /// New tokens per generated sequence [default: 32 for tiny, 64 for qwen2.5-0.5b, 512 for
+    /// qwen2.5-7b].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub new_tokens: Option<u32>,
-    /// Samples of the one prompt in the k-sample phase (one shared prefill).
+    /// Samples of the one prompt in the k-sample phase and the RL step (one shared prefill).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub samples: u32,
     /// Sequences per training step [default: --samples].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub train_batch: Option<u32>,
-    /// Tokens per training sequence [default: 128 for tiny, 576 (prompt + new) for qwen2.5-7b].
+    /// Tokens per training sequence of lora_train_step [default: 128 for tiny, prompt + new for
+    /// the qwen2.5 shapes].
     #[arg(long, value_parser = clap::value_parser!(u32).range(2..))]
     pub train_seq: Option<u32>,
     /// Timed repetitions of each phase, the median is reported [default: 10 for tiny, whose
@@ -97,9 +175,16 @@ pub struct BenchModelArgs {
     /// Torch CPU threads, for both sides [default: libtorch's choice, the physical cores].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
-    /// Seed of the random prompt, training batch and (qwen2.5-7b) weights.
+    /// Seed of the random prompt, training batch, samples and (qwen2.5 shapes) weights.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Phases to run, comma-separated [default: all of them].
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 1..)]
+    pub phases: Vec<Phase>,
+    /// Recompute each decoder layer in the backward pass of lora_train_step and rl_step, on both
+    /// sides (auto: on above 1B parameters, as the reference decides by itself).
+    #[arg(long, value_enum, default_value_t = Checkpointing::Auto)]
+    pub gradient_checkpointing: Checkpointing,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -118,6 +203,12 @@ struct Settings {
     samples: u32,
     train_batch: u32,
     train_seq: u32,
+    /// The phases run.
+    #[serde(default)]
+    phases: Vec<String>,
+    /// Whether the training phases recompute the decoder layers in the backward pass.
+    #[serde(default)]
+    gradient_checkpointing: bool,
     lora_r: i64,
     lora_alpha: f64,
     lora_targets: Vec<String>,
@@ -151,22 +242,65 @@ impl From<&Throughput> for PhaseFigures {
     }
 }
 
-/// Our three phases.
+/// The RL step of our side: the step's figures (tokens are generated + trained tokens) and how
+/// the step divides.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RlStepFigures {
+    #[serde(flatten)]
+    step: PhaseFigures,
+    /// k × new tokens.
+    generated_tokens: i64,
+    /// k × (prompt + new tokens): the positions of the training forward and backward.
+    trained_tokens: i64,
+    generate_seconds: Vec<f64>,
+    train_seconds: Vec<f64>,
+    generate_seconds_median: f64,
+    train_seconds_median: f64,
+    gradient_checkpointing: bool,
+    /// Every step's loss, warm-up included.
+    losses: Vec<f64>,
+    /// Every step's gradient norm before clipping, warm-up included.
+    grad_norms: Vec<f64>,
+}
+
+impl From<&RlStepThroughput> for RlStepFigures {
+    fn from(report: &RlStepThroughput) -> Self {
+        Self {
+            step: (&report.throughput).into(),
+            generated_tokens: report.generated_tokens,
+            trained_tokens: report.trained_tokens,
+            generate_seconds_median: median(&report.generate_seconds),
+            train_seconds_median: median(&report.train_seconds),
+            generate_seconds: report.generate_seconds.clone(),
+            train_seconds: report.train_seconds.clone(),
+            gradient_checkpointing: report.gradient_checkpointing,
+            losses: report.losses.clone(),
+            grad_norms: report.grad_norms.clone(),
+        }
+    }
+}
+
+/// Our phases; a phase not run (`--phases`) is `null`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct OurFigures {
-    generate_batch1: PhaseFigures,
-    generate_k: PhaseFigures,
-    lora_train_step: PhaseFigures,
-    trainable_parameters: i64,
+    generate_batch1: Option<PhaseFigures>,
+    generate_k: Option<PhaseFigures>,
+    lora_train_step: Option<PhaseFigures>,
+    #[serde(default)]
+    rl_step: Option<RlStepFigures>,
+    /// Values AdamW updates in the training phases.
+    trainable_parameters: Option<i64>,
+    /// lora_train_step's losses.
     train_losses: Vec<f64>,
 }
 
 impl OurFigures {
     fn phase(&self, name: &str) -> Option<&PhaseFigures> {
         match name {
-            "generate_batch1" => Some(&self.generate_batch1),
-            "generate_k" => Some(&self.generate_k),
-            "lora_train_step" => Some(&self.lora_train_step),
+            "generate_batch1" => self.generate_batch1.as_ref(),
+            "generate_k" => self.generate_k.as_ref(),
+            "lora_train_step" => self.lora_train_step.as_ref(),
+            "rl_step" => self.rl_step.as_ref().map(|rl| &rl.step),
             _ => None,
         }
     }
@@ -178,6 +312,9 @@ struct Comparison {
     phase: String,
     arc_rec_tokens_per_s: f64,
     reference_tokens_per_s: f64,
+    /// Median seconds per run (per step for the training phases and the RL step).
+    arc_rec_seconds: f64,
+    reference_seconds: f64,
     /// arc-rec / PyTorch tokens/s.
     ratio: f64,
     goal: f64,
@@ -209,9 +346,18 @@ struct Sizes {
 
 impl Sizes {
     fn resolve(args: &BenchModelArgs) -> Self {
-        let large = args.checkpoint.is_none() && args.shape == ModelShape::Qwen2_5_7b;
+        let shape = if args.checkpoint.is_none() {
+            args.shape
+        } else {
+            ModelShape::Tiny
+        };
+        let large = shape != ModelShape::Tiny;
         let prompt_tokens = args.prompt_tokens.unwrap_or(64);
-        let new_tokens = args.new_tokens.unwrap_or(if large { 512 } else { 32 });
+        let new_tokens = args.new_tokens.unwrap_or(match shape {
+            ModelShape::Tiny => 32,
+            ModelShape::Qwen2_5_0_5b => 64,
+            ModelShape::Qwen2_5_7b => 512,
+        });
         Self {
             prompt_tokens,
             new_tokens,
@@ -224,6 +370,23 @@ impl Sizes {
             }),
             repeats: args.repeats.unwrap_or(if large { 3 } else { 10 }),
         }
+    }
+}
+
+/// The phases `--phases` names, in report order (all of them when it names none).
+fn selected_phases(args: &BenchModelArgs) -> Vec<Phase> {
+    Phase::ALL
+        .into_iter()
+        .filter(|phase| args.phases.is_empty() || args.phases.contains(phase))
+        .collect()
+}
+
+/// Whether the training phases checkpoint, for a model of `parameters` values.
+fn checkpointing_for(choice: Checkpointing, parameters: i64) -> bool {
+    match choice {
+        Checkpointing::On => true,
+        Checkpointing::Off => false,
+        Checkpointing::Auto => parameters > CHECKPOINTING_ABOVE_PARAMETERS,
     }
 }
 
@@ -254,7 +417,7 @@ pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot write the tiny preset to {}", dir.display()))?;
             Some(dir)
         }
-        (None, ModelShape::Qwen2_5_7b) => None,
+        (None, _) => None,
     };
 
     let (mut settings, ours) = if reference_wanted {
@@ -279,7 +442,7 @@ pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
         (None, Some("not run (--no-reference)".to_owned()))
     };
     let comparison = match &reference {
-        Some(reference) => compare(&ours, reference)?,
+        Some(reference) => compare(&settings, &ours, reference)?,
         None => Vec::new(),
     };
     let report = Report {
@@ -325,13 +488,21 @@ fn measure_here(
             (model, dir.display().to_string())
         }
         None => {
-            progress("building qwen2.5-7b with random weights");
+            let shape = args.shape.name();
+            let config = args
+                .shape
+                .random_config()
+                .with_context(|| format!("the {shape} shape is a checkpoint, not random"))?;
+            progress(&format!("building {shape} with random weights"));
             // 0.02: Qwen2.5's initializer_range, what transformers draws a fresh model with.
-            let model = random_model(qwen2_5_7b_config(), runtime, 0.02, Some(&lora))?;
-            (model, "random qwen2.5-7b".to_owned())
+            let model = random_model(config, runtime, 0.02, Some(&lora))?;
+            (model, format!("random {shape}"))
         }
     };
     let config = model.config();
+    let parameters = parameter_count(config);
+    let checkpointing = checkpointing_for(args.gradient_checkpointing, parameters);
+    let phases = selected_phases(args);
     let prompt = random_prompt(config.vocab_size, sizes.prompt_tokens as usize, args.seed)?;
     let (warmup, repeats) = (args.warmup as usize, sizes.repeats as usize);
     let generate = |sequences: u32, sampled: bool| -> anyhow::Result<GenerationThroughput> {
@@ -345,24 +516,64 @@ fn measure_here(
             repeats,
         )?)
     };
-    progress("generating at batch 1 (greedy)");
-    let batch1 = generate(1, false)?;
-    progress(&format!(
-        "generating k={} samples (temperature 1)",
-        sizes.samples
-    ));
-    let k_samples = generate(sizes.samples, true)?;
-    progress(&format!(
-        "LoRA training steps on {} × {} tokens",
-        sizes.train_batch, sizes.train_seq
-    ));
-    let train = train_step_throughput(
-        &model,
-        i64::from(sizes.train_batch),
-        i64::from(sizes.train_seq),
-        repeats,
-        warmup,
-    )?;
+    let mut figures = OurFigures {
+        generate_batch1: None,
+        generate_k: None,
+        lora_train_step: None,
+        rl_step: None,
+        trainable_parameters: None,
+        train_losses: Vec::new(),
+    };
+    for &phase in &phases {
+        match phase {
+            Phase::GenerateBatch1 => {
+                progress("generating at batch 1 (greedy)");
+                figures.generate_batch1 = Some((&generate(1, false)?.throughput).into());
+            }
+            Phase::GenerateK => {
+                progress(&format!(
+                    "generating k={} samples (temperature 1)",
+                    sizes.samples
+                ));
+                figures.generate_k = Some((&generate(sizes.samples, true)?.throughput).into());
+            }
+            Phase::LoraTrainStep => {
+                progress(&format!(
+                    "LoRA training steps on {} × {} tokens",
+                    sizes.train_batch, sizes.train_seq
+                ));
+                let train = train_step_throughput_with(
+                    &model,
+                    i64::from(sizes.train_batch),
+                    i64::from(sizes.train_seq),
+                    repeats,
+                    warmup,
+                    checkpointing,
+                )?;
+                figures.lora_train_step = Some((&train.throughput).into());
+                figures.trainable_parameters = Some(train.trainable_parameters);
+                figures.train_losses = train.losses;
+            }
+            Phase::RlStep => {
+                progress(&format!(
+                    "RL steps: k={} × {} sampled tokens, then a policy-gradient step",
+                    sizes.samples, sizes.new_tokens
+                ));
+                let rl = rl_step_throughput(
+                    &model,
+                    &prompt,
+                    sizes.samples as usize,
+                    sizes.new_tokens as usize,
+                    checkpointing,
+                    warmup,
+                    repeats,
+                    args.seed,
+                )?;
+                figures.rl_step = Some((&rl).into());
+                figures.trainable_parameters = Some(rl.trainable_parameters);
+            }
+        }
+    }
     let settings = Settings {
         model: name,
         shape: args.checkpoint.is_none().then_some(args.shape),
@@ -378,20 +589,15 @@ fn measure_here(
         samples: sizes.samples,
         train_batch: sizes.train_batch,
         train_seq: sizes.train_seq,
+        phases: phases.iter().map(|phase| phase.name().to_owned()).collect(),
+        gradient_checkpointing: checkpointing,
         lora_r: lora.r,
         lora_alpha: lora.alpha,
         lora_targets: lora.target_modules.clone(),
         warmup: args.warmup,
         repeats: sizes.repeats,
         seed: args.seed,
-        parameters: parameter_count(config),
-    };
-    let figures = OurFigures {
-        generate_batch1: (&batch1.throughput).into(),
-        generate_k: (&k_samples.throughput).into(),
-        lora_train_step: (&train.throughput).into(),
-        trainable_parameters: train.trainable_parameters,
-        train_losses: train.losses,
+        parameters,
     };
     Ok((settings, figures))
 }
@@ -409,8 +615,18 @@ fn measure_in_child(
     command.args(["bench", "model", "--no-reference", "--json"]);
     match checkpoint {
         Some(dir) => command.arg("--checkpoint").arg(dir),
-        None => command.args(["--shape", "qwen2.5-7b"]),
+        None => command.args(["--shape", args.shape.name()]),
     };
+    let phases: Vec<&str> = selected_phases(args).into_iter().map(Phase::name).collect();
+    command.arg("--phases").arg(phases.join(","));
+    command.args([
+        "--gradient-checkpointing",
+        match args.gradient_checkpointing {
+            Checkpointing::Auto => "auto",
+            Checkpointing::On => "on",
+            Checkpointing::Off => "off",
+        },
+    ]);
     let device = device_flag(runtime);
     let numbers = [
         ("--prompt-tokens", u64::from(sizes.prompt_tokens)),
@@ -492,10 +708,25 @@ fn run_reference(
             owned.push(dir.display().to_string());
         }
         None => {
+            let shape = settings
+                .shape
+                .context("a random-initialised model without a shape")?;
             owned.push("--shape".into());
-            owned.push("qwen2.5-7b".into());
+            owned.push(shape.name().into());
         }
     }
+    // Decided once, on our side, so both do the same work.
+    owned.push("--gradient-checkpointing".into());
+    owned.push(
+        if settings.gradient_checkpointing {
+            "on"
+        } else {
+            "off"
+        }
+        .into(),
+    );
+    owned.push("--phases".into());
+    owned.push(settings.phases.join(","));
     let device = device_flag(runtime);
     let numbers = [
         ("--prompt-len", u64::from(settings.prompt_tokens)),
@@ -527,23 +758,40 @@ fn run_reference(
     Ok(run_reference_bench(&python, &script, &borrowed)?)
 }
 
-/// Ratios per phase; the token counts of both sides must agree, or the comparison is not of the
-/// same work.
-fn compare(ours: &OurFigures, reference: &Value) -> anyhow::Result<Vec<Comparison>> {
-    PHASES
+/// Ratios per phase run; the token counts (and, for the training phases, gradient checkpointing)
+/// of both sides must agree, or the comparison is not of the same work.
+fn compare(
+    settings: &Settings,
+    ours: &OurFigures,
+    reference: &Value,
+) -> anyhow::Result<Vec<Comparison>> {
+    Phase::ALL
         .iter()
-        .map(|&phase| {
+        .map(|phase| phase.name())
+        .filter(|phase| settings.phases.iter().any(|run| run == phase))
+        .map(|phase| {
             let mine = ours
                 .phase(phase)
                 .with_context(|| format!("no arc-rec figures for {phase}"))?;
             let theirs = reference
                 .get(phase)
                 .with_context(|| format!("the reference reported no {phase}"))?;
-            let count_field = if phase == "lora_train_step" {
+            let training = matches!(phase, "lora_train_step" | "rl_step");
+            let count_field = if training {
                 "tokens_per_step"
             } else {
                 "tokens_per_run"
             };
+            if training {
+                let their_checkpointing = theirs
+                    .get("gradient_checkpointing")
+                    .and_then(Value::as_bool);
+                anyhow::ensure!(
+                    their_checkpointing == Some(settings.gradient_checkpointing),
+                    "{phase}: the reference ran gradient checkpointing {their_checkpointing:?}, arc-rec {}; not the same work",
+                    settings.gradient_checkpointing
+                );
+            }
             let their_tokens = theirs.get(count_field).and_then(Value::as_i64);
             anyhow::ensure!(
                 their_tokens == Some(mine.tokens_per_run),
@@ -560,6 +808,11 @@ fn compare(ours: &OurFigures, reference: &Value) -> anyhow::Result<Vec<Compariso
                 phase: phase.to_owned(),
                 arc_rec_tokens_per_s: mine.tokens_per_s,
                 reference_tokens_per_s,
+                arc_rec_seconds: mine.seconds_median,
+                reference_seconds: theirs
+                    .get("seconds_median")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(f64::NAN),
                 ratio,
                 goal: GOAL_RATIO,
                 meets_goal: ratio >= GOAL_RATIO,
@@ -586,7 +839,7 @@ fn print_table(report: &Report) {
         settings.torch_threads
     );
     println!(
-        "work: prompt {} tokens, {} new tokens per sequence, k={} samples; training {} × {} tokens, LoRA r={} alpha={} on {}; median of {} after {} warm-up",
+        "work: prompt {} tokens, {} new tokens per sequence, k={} samples; training {} × {} tokens; RL step = k samples + a policy-gradient step on them (tokens: generated k·new + trained k·(prompt+new)); LoRA r={} alpha={} on {}; gradient checkpointing {}; median of {} after {} warm-up",
         settings.prompt_tokens,
         settings.new_tokens,
         settings.samples,
@@ -595,21 +848,27 @@ fn print_table(report: &Report) {
         settings.lora_r,
         settings.lora_alpha,
         settings.lora_targets.join(","),
+        if settings.gradient_checkpointing {
+            "on"
+        } else {
+            "off"
+        },
         settings.repeats,
         settings.warmup
     );
     println!(
-        "{:<18} {:>12} {:>16} {:>16} {:>8}  goal",
-        "phase", "arc-rec s", "arc-rec tok/s", "PyTorch tok/s", "ratio"
+        "{:<18} {:>12} {:>12} {:>16} {:>16} {:>8}  goal",
+        "phase", "arc-rec s", "PyTorch s", "arc-rec tok/s", "PyTorch tok/s", "ratio"
     );
-    for phase in PHASES {
+    for phase in Phase::ALL.map(Phase::name) {
         let Some(mine) = report.arc_rec.phase(phase) else {
             continue;
         };
         match report.comparison.iter().find(|row| row.phase == phase) {
             Some(row) => println!(
-                "{phase:<18} {:>12.4} {:>16.1} {:>16.1} {:>7.2}×  ≥ {:.1}× {}",
+                "{phase:<18} {:>12.4} {:>12.4} {:>16.1} {:>16.1} {:>7.2}×  ≥ {:.1}× {}",
                 mine.seconds_median,
+                row.reference_seconds,
                 row.arc_rec_tokens_per_s,
                 row.reference_tokens_per_s,
                 row.ratio,
@@ -617,14 +876,33 @@ fn print_table(report: &Report) {
                 if row.meets_goal { "met" } else { "NOT met" }
             ),
             None => println!(
-                "{phase:<18} {:>12.4} {:>16.1} {:>16} {:>8}  ≥ {GOAL_RATIO:.1}×",
-                mine.seconds_median, mine.tokens_per_s, "-", "-"
+                "{phase:<18} {:>12.4} {:>12} {:>16.1} {:>16} {:>8}  ≥ {GOAL_RATIO:.1}×",
+                mine.seconds_median, "-", mine.tokens_per_s, "-", "-"
             ),
         }
     }
-    let our_peak = PHASES
+    if let Some(rl) = &report.arc_rec.rl_step {
+        let theirs = report.reference.as_ref().and_then(|reference| {
+            let part = |name: &str| {
+                reference
+                    .pointer(&format!("/rl_step/{name}_seconds_median"))
+                    .and_then(Value::as_f64)
+            };
+            Some((part("generate")?, part("train")?))
+        });
+        println!(
+            "rl_step parts (median s): arc-rec generate {:.4} + train {:.4}; PyTorch {}",
+            rl.generate_seconds_median,
+            rl.train_seconds_median,
+            theirs.map_or_else(
+                || "-".to_owned(),
+                |(generate, train)| format!("generate {generate:.4} + train {train:.4}")
+            )
+        );
+    }
+    let our_peak = Phase::ALL
         .iter()
-        .filter_map(|phase| report.arc_rec.phase(phase))
+        .filter_map(|phase| report.arc_rec.phase(phase.name()))
         .filter_map(|figures| figures.peak_memory_bytes)
         .max();
     let their_peak = report
@@ -632,16 +910,24 @@ fn print_table(report: &Report) {
         .as_ref()
         .and_then(|reference| reference.get("max_memory_allocated_bytes"))
         .and_then(Value::as_u64);
+    let their_rl_peak = report
+        .reference
+        .as_ref()
+        .and_then(|reference| reference.pointer("/rl_step/max_memory_allocated_bytes"))
+        .and_then(Value::as_u64);
     println!(
-        "peak device memory: arc-rec {} (tch exposes no CUDA allocator statistics), PyTorch {}",
+        "peak device memory: arc-rec {} (tch exposes no CUDA allocator statistics), PyTorch {} (rl_step {})",
         gib(our_peak),
-        gib(their_peak)
+        gib(their_peak),
+        gib(their_rl_peak)
     );
     if let Some(reference) = &report.reference {
-        let checkpointing = reference
-            .pointer("/lora_train_step/gradient_checkpointing")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let checkpointing = ["lora_train_step", "rl_step"].iter().any(|phase| {
+            reference
+                .pointer(&format!("/{phase}/gradient_checkpointing"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        });
         let versions = ["torch", "transformers", "peft"]
             .map(|name| {
                 let version = reference

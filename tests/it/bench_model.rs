@@ -1,5 +1,6 @@
-//! `arc-rec bench model` through the binary on the tiny preset: both sides report every phase for
-//! the same token counts, and a missing reference is explained (and fatal only with --reference).
+//! `arc-rec bench model` through the binary on the tiny preset: both sides report every phase (the
+//! RL step included) for the same token counts, `--phases` narrows the run, and a missing reference
+//! is explained (and fatal only with --reference).
 
 use serde_json::Value;
 
@@ -8,7 +9,12 @@ use crate::helpers::arc_rec;
 /// Nothing listens here: a command that tried to open the database would fail.
 const NO_DATABASE: &str = "postgres://nobody@127.0.0.1:1/none";
 
-const PHASES: [&str; 3] = ["generate_batch1", "generate_k", "lora_train_step"];
+const PHASES: [&str; 4] = [
+    "generate_batch1",
+    "generate_k",
+    "lora_train_step",
+    "rl_step",
+];
 
 /// The smallest sizes that still exercise every phase: seconds on two cores.
 const TINY_SIZES: [&str; 14] = [
@@ -58,10 +64,12 @@ fn bench_model_compares_every_phase_with_the_pytorch_reference_on_the_same_work(
         report["settings"]["parameters"],
         reference["settings"]["parameters"]
     );
+    // The RL step counts 4 × 8 generated and 4 × (16 + 8) trained tokens.
     let expected_tokens = [
         ("generate_batch1", 8),
         ("generate_k", 32),
         ("lora_train_step", 128),
+        ("rl_step", 32 + 96),
     ];
     for (phase, tokens) in expected_tokens {
         let ours = &report["arc_rec"][phase];
@@ -69,7 +77,7 @@ fn bench_model_compares_every_phase_with_the_pytorch_reference_on_the_same_work(
         assert_eq!(ours["seconds"].as_array().map(Vec::len), Some(2), "{phase}");
         assert!(ours["tokens_per_s"].as_f64().unwrap() > 0.0, "{phase}");
         let theirs = &reference[phase];
-        let count = if phase == "lora_train_step" {
+        let count = if matches!(phase, "lora_train_step" | "rl_step") {
             &theirs["tokens_per_step"]
         } else {
             &theirs["tokens_per_run"]
@@ -90,6 +98,36 @@ fn bench_model_compares_every_phase_with_the_pytorch_reference_on_the_same_work(
     // Batch 1 is greedy and the k samples are drawn, as transformers' generate calls are.
     assert_eq!(reference["generate_batch1"]["do_sample"], false);
     assert_eq!(reference["generate_k"]["do_sample"], true);
+    assert_eq!(reference["rl_step"]["do_sample"], true);
+    // The RL step on both sides: the same split of the tokens, both parts timed, and gradient
+    // checkpointing off on both (auto: the model is under 1B parameters).
+    let ours = &report["arc_rec"]["rl_step"];
+    let theirs = &reference["rl_step"];
+    for side in [ours, theirs] {
+        assert_eq!(side["generated_tokens"], 32);
+        assert_eq!(side["trained_tokens"], 96);
+        assert_eq!(side["gradient_checkpointing"], false);
+        for part in ["generate_seconds_median", "train_seconds_median"] {
+            assert!(side[part].as_f64().unwrap() > 0.0, "{part}");
+        }
+        assert_eq!(side["losses"].as_array().map(Vec::len), Some(3));
+    }
+    assert_eq!(report["settings"]["gradient_checkpointing"], false);
+    let row = &comparison[3];
+    assert!(row["arc_rec_seconds"].as_f64().unwrap() > 0.0);
+    assert!(row["reference_seconds"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_model_phases_runs_only_the_named_phases() {
+    let report = report(&bench_model(&["--phases", "rl_step", "--no-reference"]));
+    assert_eq!(report["settings"]["phases"], serde_json::json!(["rl_step"]));
+    for phase in ["generate_batch1", "generate_k", "lora_train_step"] {
+        assert_eq!(report["arc_rec"][phase], Value::Null, "{phase}");
+    }
+    let rl = &report["arc_rec"]["rl_step"];
+    assert_eq!(rl["tokens_per_run"], 128);
+    assert!(rl["tokens_per_s"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

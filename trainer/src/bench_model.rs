@@ -6,6 +6,10 @@
 //! Generation throughput ([`generation_throughput`]) times whole [`generate`] calls with the same
 //! [`measure`] loop and reports the same [`Throughput`] as the training step.
 //!
+//! One RL step ([`rl_step_throughput`]) is what a training run repeats: k sampled completions of
+//! one prompt by [`generate`], then one policy-gradient [`Trainer::step`] on them
+//! ([`policy_gradient_loss`] with fixed advantages), timed as a whole with the same loop.
+//!
 //! Peak memory: tch 0.24 exposes none of libtorch's CUDA caching-allocator statistics
 //! (`torch.cuda.max_memory_allocated`), so [`Throughput::peak_memory_bytes`] is `None` for now on
 //! every device; the Python reference reports its own figure. Filling it needs a small C++ shim
@@ -116,6 +120,184 @@ pub struct GenerationThroughput {
     pub new_tokens_per_sequence: usize,
     /// Sampled at temperature 1 (no top-k/top-p) rather than greedy.
     pub sampled: bool,
+}
+
+/// One RL step's figures: k completions of one prompt, then one policy-gradient step on them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RlStepThroughput {
+    /// Timings of whole steps; tokens are `generated_tokens + trained_tokens` per step.
+    pub throughput: Throughput,
+    /// Completions per step (k).
+    pub samples: usize,
+    /// Tokens of the prompt.
+    pub prompt_tokens: usize,
+    /// New tokens of every completion (eos is disabled, so each runs to the limit).
+    pub new_tokens_per_sequence: usize,
+    /// `samples × new_tokens`: the tokens sampled.
+    pub generated_tokens: i64,
+    /// `samples × (prompt + new_tokens)`: every position the training forward and backward run
+    /// over (the loss scores the `samples × new_tokens` completion tokens among them).
+    pub trained_tokens: i64,
+    /// Seconds of the generation part of every timed step (building the batch included).
+    pub generate_seconds: Vec<f64>,
+    /// Seconds of the training part (forward, backward, clipping, AdamW) of every timed step.
+    pub train_seconds: Vec<f64>,
+    /// Values AdamW updates.
+    pub trainable_parameters: i64,
+    /// Whether the training forward kept only each layer's input and recomputed the layer in the
+    /// backward pass.
+    pub gradient_checkpointing: bool,
+    /// The loss of every step, warm-up included.
+    pub losses: Vec<f64>,
+    /// The gradient norm (before clipping) of every step, warm-up included.
+    pub grad_norms: Vec<f64>,
+}
+
+/// The advantage of completion `index` in the benchmark's RL step: +1, −1, +1, … Fixed, so both
+/// sides of the comparison train on the same loss whatever they sampled.
+pub fn bench_advantage(index: usize) -> f32 {
+    if index.is_multiple_of(2) { 1.0 } else { -1.0 }
+}
+
+/// `−Σ_i A_i Σ_t log π(y_i,t)`: the policy-gradient loss of completions with advantages `A`
+/// (`[b]`), summed over each completion's scored tokens and over the completions. `logprobs` and
+/// `scored_mask` are what [`Trainer::step`] hands a loss (`[b, t − 1]`).
+pub fn policy_gradient_loss(
+    logprobs: &Tensor,
+    scored_mask: &Tensor,
+    advantages: &Tensor,
+) -> Result<Tensor, TrainError> {
+    let rows = logprobs.size().first().copied().unwrap_or(0);
+    if advantages.size() != [rows] {
+        return Err(TrainError::Batch(format!(
+            "{rows} completions but advantages of shape {:?}",
+            advantages.size()
+        )));
+    }
+    let per_sequence =
+        (logprobs * scored_mask).f_sum_dim_intlist(Some(&[1i64][..]), false, Kind::Float)?;
+    Ok((per_sequence * advantages).f_sum(Kind::Float)?.f_neg()?)
+}
+
+/// Times one RL step `warmup + repeats` times: [`generate`] `samples` completions of `prompt`,
+/// `new_tokens` each, at temperature 1 without top-k/top-p or eos (so every completion has the
+/// same length and both sides of the comparison do the same work), then one [`Trainer::step`] on
+/// the `samples` sequences (prompt + completion, completion tokens scored) with
+/// [`policy_gradient_loss`] and the advantages of [`bench_advantage`]: AdamW at the trainer's
+/// defaults (learning rate 1e-4, weight decay 0.01) with the gradient norm clipped at 1. Attach the
+/// adapters first; they change as it runs. Each step draws with a new seed (`seed`, `seed + 1`, …).
+#[allow(clippy::too_many_arguments)]
+pub fn rl_step_throughput(
+    model: &CausalLm,
+    prompt: &[i64],
+    samples: usize,
+    new_tokens: usize,
+    gradient_checkpointing: bool,
+    warmup: usize,
+    repeats: usize,
+    seed: u64,
+) -> Result<RlStepThroughput, BenchError> {
+    if samples == 0 || new_tokens == 0 || prompt.is_empty() {
+        return Err(BenchError::Settings(format!(
+            "an RL step needs a prompt, at least one sample and one new token, got a prompt of {} tokens, {samples} × {new_tokens}",
+            prompt.len()
+        )));
+    }
+    let device = model.runtime().device;
+    let (k, prompt_len, new_len) = (samples as i64, prompt.len() as i64, new_tokens as i64);
+    let seq_len = prompt_len + new_len;
+    let generated_tokens = k * new_len;
+    let trained_tokens = k * seq_len;
+
+    let mut request = GenerationRequest::new(vec![prompt.to_vec()]);
+    request.num_samples = samples;
+    request.max_new_tokens = new_tokens;
+    request.temperature = 1.0;
+    request.finished_rows = FinishedRows::KeepStepping;
+    let mut trainer = Trainer::new(
+        model,
+        TrainerConfig {
+            gradient_checkpointing,
+            ..TrainerConfig::default()
+        },
+    )?;
+    let advantages: Vec<f32> = (0..samples).map(bench_advantage).collect();
+    let advantages = Tensor::f_from_slice(&advantages)?.f_to_device(device)?;
+    let completion_mask = Tensor::f_cat(
+        &[
+            Tensor::f_zeros([k, prompt_len], (Kind::Bool, device))?,
+            Tensor::f_ones([k, new_len], (Kind::Bool, device))?,
+        ],
+        1,
+    )?;
+
+    let mut draws = 0u64;
+    let mut parts = Vec::with_capacity(warmup + repeats);
+    let mut losses = Vec::with_capacity(warmup + repeats);
+    let mut grad_norms = Vec::with_capacity(warmup + repeats);
+    let throughput = measure(
+        device,
+        warmup,
+        repeats,
+        generated_tokens + trained_tokens,
+        || {
+            request.seed = seed.wrapping_add(draws);
+            draws += 1;
+            let start = Instant::now();
+            let generation = generate(model, &request)?;
+            let mut ids = Vec::with_capacity((k * seq_len) as usize);
+            for sample in &generation.samples {
+                if sample.tokens.len() != new_tokens {
+                    return Err(BenchError::Settings(format!(
+                        "sample {} has {} new tokens instead of {new_tokens}",
+                        sample.sample_index,
+                        sample.tokens.len()
+                    )));
+                }
+                ids.extend_from_slice(prompt);
+                ids.extend_from_slice(&sample.tokens);
+            }
+            if generation.samples.len() != samples {
+                return Err(BenchError::Settings(format!(
+                    "generation returned {} samples instead of {samples}",
+                    generation.samples.len()
+                )));
+            }
+            let input_ids = Tensor::f_from_slice(&ids)?
+                .f_view([k, seq_len])?
+                .f_to_device(device)?;
+            synchronize(device);
+            let generated = start.elapsed().as_secs_f64();
+            let batch = TrainBatch {
+                input_ids,
+                attention_mask: None,
+                completion_mask: completion_mask.shallow_clone(),
+            };
+            let stats = trainer.step(model, &batch, |logprobs, mask| {
+                policy_gradient_loss(logprobs, mask, &advantages)
+            })?;
+            synchronize(device);
+            parts.push((generated, start.elapsed().as_secs_f64() - generated));
+            losses.push(stats.loss);
+            grad_norms.push(stats.grad_norm);
+            Ok(())
+        },
+    )?;
+    let timed = &parts[parts.len() - repeats..];
+    Ok(RlStepThroughput {
+        throughput,
+        samples,
+        prompt_tokens: prompt.len(),
+        new_tokens_per_sequence: new_tokens,
+        generated_tokens,
+        trained_tokens,
+        generate_seconds: timed.iter().map(|part| part.0).collect(),
+        train_seconds: timed.iter().map(|part| part.1).collect(),
+        trainable_parameters: trainer.trainable_parameters(),
+        gradient_checkpointing,
+        losses,
+        grad_norms,
+    })
 }
 
 /// `len` token ids drawn uniformly from `[1, vocab_size)` by a ChaCha8 stream seeded with `seed`
@@ -246,13 +428,15 @@ where
     })
 }
 
-/// The median of a non-empty list (mean of the middle two for even lengths, as Python's
-/// `statistics.median`).
-fn median(values: &[f64]) -> f64 {
+/// The median of a list (mean of the middle two for even lengths, as Python's
+/// `statistics.median`); NaN for an empty one.
+pub fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     let middle = sorted.len() / 2;
-    if sorted.len().is_multiple_of(2) {
+    if sorted.is_empty() {
+        f64::NAN
+    } else if sorted.len().is_multiple_of(2) {
         (sorted[middle - 1] + sorted[middle]) / 2.0
     } else {
         sorted[middle]
@@ -270,6 +454,19 @@ pub fn train_step_throughput(
     seq_len: i64,
     steps: usize,
     warmup: usize,
+) -> Result<TrainStepThroughput, BenchError> {
+    train_step_throughput_with(model, batch, seq_len, steps, warmup, false)
+}
+
+/// [`train_step_throughput`], with the decoder layers recomputed in the backward pass when
+/// `gradient_checkpointing` (what the reference does for models over 1B parameters).
+pub fn train_step_throughput_with(
+    model: &CausalLm,
+    batch: i64,
+    seq_len: i64,
+    steps: usize,
+    warmup: usize,
+    gradient_checkpointing: bool,
 ) -> Result<TrainStepThroughput, BenchError> {
     if batch <= 0 || seq_len < 2 {
         return Err(BenchError::Settings(format!(
@@ -291,6 +488,7 @@ pub fn train_step_throughput(
     let config = TrainerConfig {
         learning_rate: 1e-4,
         max_grad_norm: None,
+        gradient_checkpointing,
         ..TrainerConfig::default()
     };
     let mut trainer = Trainer::new(model, config)?;
@@ -336,8 +534,36 @@ pub fn qwen2_5_7b_config() -> Config {
     }
 }
 
+/// Qwen2.5-0.5B's shapes (its config.json without tokenizer ids): small enough for an RL step on
+/// a CPU in f32 (494M parameters, 2 GB).
+pub fn qwen2_5_0_5b_config() -> Config {
+    Config {
+        architecture: Architecture::Qwen2,
+        vocab_size: 151_936,
+        hidden_size: 896,
+        intermediate_size: 4864,
+        num_hidden_layers: 24,
+        num_attention_heads: 14,
+        num_key_value_heads: 2,
+        head_dim: 896 / 14,
+        rms_norm_eps: 1e-6,
+        max_position_embeddings: 32_768,
+        tie_word_embeddings: true,
+        qkv_bias: true,
+        o_proj_bias: false,
+        mlp_bias: false,
+        rope: Rope {
+            theta: 1_000_000.0,
+            scaling: RopeScaling::Default,
+        },
+        bos_token_id: None,
+        eos_token_ids: Vec::new(),
+        stored_dtype: Some("bfloat16".to_owned()),
+    }
+}
+
 /// How many values the base model of `config` holds (LoRA excluded), without allocating it:
-/// 7,615,616,512 for [`qwen2_5_7b_config`].
+/// 7,615,616,512 for [`qwen2_5_7b_config`], 494,032,768 for [`qwen2_5_0_5b_config`].
 pub fn parameter_count(config: &Config) -> i64 {
     let hidden = config.hidden_size;
     let q_width = config.num_attention_heads * config.head_dim;
@@ -435,4 +661,70 @@ pub fn run_reference_bench(
         script: script.display().to_string(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::device::DeviceRequest;
+
+    fn tiny_model() -> CausalLm {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen2/config.json");
+        let config = Config::from_file(&path).unwrap();
+        let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
+        tch::manual_seed(3);
+        random_model(config, runtime, 0.02, Some(&LoraConfig::default())).unwrap()
+    }
+
+    #[test]
+    fn qwen2_5_0_5b_has_its_published_parameter_count() {
+        let config = qwen2_5_0_5b_config();
+        assert_eq!(parameter_count(&config), 494_032_768);
+        assert_eq!(config.head_dim, 64);
+    }
+
+    #[test]
+    fn policy_gradient_loss_weighs_each_completion_by_its_advantage() {
+        let logprobs = Tensor::from_slice(&[-1.0f32, -2.0, -3.0, -0.5, -0.25, -4.0]).view([2, 3]);
+        let mask = Tensor::from_slice(&[0.0f32, 1.0, 1.0, 0.0, 1.0, 1.0]).view([2, 3]);
+        let advantages = Tensor::from_slice(&[bench_advantage(0), bench_advantage(1)]);
+        let loss = policy_gradient_loss(&logprobs, &mask, &advantages).unwrap();
+        // −(1 · (−5) − 1 · (−4.25)) = 0.75
+        assert!((loss.double_value(&[]) - 0.75).abs() < 1e-6);
+        assert!(policy_gradient_loss(&logprobs, &mask, &Tensor::from_slice(&[1.0f32])).is_err());
+    }
+
+    #[test]
+    fn rl_step_counts_generated_and_trained_tokens_and_times_both_parts() {
+        let model = tiny_model();
+        let prompt = random_prompt(model.config().vocab_size, 5, 0).unwrap();
+        for checkpointing in [false, true] {
+            let report = rl_step_throughput(&model, &prompt, 3, 4, checkpointing, 1, 2, 7).unwrap();
+            let figures = &report.throughput;
+            assert_eq!((report.generated_tokens, report.trained_tokens), (12, 27));
+            assert_eq!(figures.tokens_per_repeat, 12 + 27);
+            assert_eq!(figures.seconds.len(), 2);
+            assert!(figures.tokens_per_s > 0.0 && figures.tokens_per_s.is_finite());
+            assert_eq!(
+                (report.generate_seconds.len(), report.train_seconds.len()),
+                (2, 2)
+            );
+            for (i, total) in figures.seconds.iter().enumerate() {
+                let parts = report.generate_seconds[i] + report.train_seconds[i];
+                assert!(parts > 0.0 && parts <= *total + 1e-9, "{parts} {total}");
+            }
+            assert_eq!(report.losses.len(), 3, "warm-up step included");
+            assert!(report.losses.iter().all(|loss| loss.is_finite()));
+            assert!(report.grad_norms.iter().all(|norm| *norm > 0.0));
+            assert_eq!(report.gradient_checkpointing, checkpointing);
+            assert!(report.trainable_parameters > 0);
+        }
+        assert!(matches!(
+            rl_step_throughput(&model, &prompt, 0, 4, false, 0, 1, 0),
+            Err(BenchError::Settings(_))
+        ));
+    }
 }
