@@ -241,7 +241,7 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
         orgs.sort();
         orgs.dedup();
         let (run_id, config) = (run_id.clone(), config.clone());
-        record(database, |pool| async move {
+        super::with_database(database, |pool| async move {
             let unknown = training_runs::unknown_orgs(&pool, &orgs).await?;
             if !unknown.is_empty() {
                 anyhow::bail!(
@@ -284,7 +284,7 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
             if !orgs.is_empty() {
                 let (run_id, config) = (run_id.clone(), config.clone());
                 let failed = json!({"error": format!("{error:#}"), "last": summary});
-                let _ = record(database, |pool| async move {
+                let _ = super::with_database(database, |pool| async move {
                     training_runs::upsert_run(
                         &pool,
                         &orgs,
@@ -321,7 +321,7 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
         let base = absolute(&settings.model);
         let recorded_orgs = orgs.len();
         let (run_id, config) = (run_id.clone(), config.clone());
-        record(database, |pool| async move {
+        super::with_database(database, |pool| async move {
             training_runs::upsert_run(
                 &pool,
                 &orgs,
@@ -377,21 +377,6 @@ fn absolute(path: &Path) -> PathBuf {
 
 fn env_step(name: &str) -> Option<u64> {
     std::env::var(name).ok()?.parse().ok()
-}
-
-/// Opens the database, runs `work` on its pool and closes it again (the embedded cluster is not
-/// held open through hours of training).
-async fn record<T, F, Fut>(database: &DatabaseArgs, work: F) -> anyhow::Result<T>
-where
-    F: FnOnce(sqlx::PgPool) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
-{
-    let db = super::open_database(database).await?;
-    let result = work(db.pool().clone()).await;
-    let closed = db.close().await;
-    let value = result?;
-    closed?;
-    Ok(value)
 }
 
 /// Progress: a bar on a terminal, one line per ten steps otherwise.

@@ -277,3 +277,19 @@ pub fn run(cmd: &mut assert_cmd::Command) -> String {
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// `arc-rec model init --preset tiny` into `out`, its tokenizer trained on 300 outcomes of the
+/// database at `url` (enough for the tests' training runs, and quick).
+pub fn init_tiny_model(url: &str, out: &std::path::Path) {
+    run(arc_rec(url)
+        .args([
+            "model",
+            "init",
+            "--preset",
+            "tiny",
+            "--corpus-outcomes",
+            "300",
+        ])
+        .arg("--out")
+        .arg(out));
+}

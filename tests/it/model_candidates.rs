@@ -10,7 +10,7 @@ use arc_rec::rft::RftDataset;
 use arc_rec::rft::model_candidates::serving_contexts;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, arc_rec, fresh_database, run, spawn_app_on};
+use crate::helpers::{TestApp, arc_rec, fresh_database, init_tiny_model, run, spawn_app_on};
 
 /// The synthetic world behind the data (the RL steps' world grader must be told the same).
 const WORLD_SEED: &str = "3";
@@ -74,17 +74,7 @@ async fn model_candidates_are_served_marked_as_the_models_and_feedback_on_them_i
     ]));
     run(arc_rec(&db.url).args(["cluster", "--org", CLUSTERED_ORG]));
     run(arc_rec(&db.url).args(["export", "--out"]).arg(&data));
-    run(arc_rec(&db.url)
-        .args([
-            "model",
-            "init",
-            "--preset",
-            "tiny",
-            "--corpus-outcomes",
-            "300",
-        ])
-        .arg("--out")
-        .arg(dir.path().join("tiny")));
+    init_tiny_model(&db.url, &dir.path().join("tiny"));
     let out = dir.path().join("run");
     let stdout = train(&db.url, dir.path(), &out);
     assert!(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use arc_rec::training::{MetricsLine, read_metrics};
 use tokio::sync::OnceCell;
 
-use crate::helpers::{TestDb, arc_rec, fresh_database, run};
+use crate::helpers::{TestDb, arc_rec, fresh_database, init_tiny_model, run};
 
 /// The synthetic world behind the data (the world grader must be told the same).
 const WORLD_SEED: &str = "3";
@@ -48,17 +48,7 @@ async fn fixture() -> &'static Fixture {
             run(arc_rec(&db.url)
                 .args(["export", "--out"])
                 .arg(dir.path().join("examples.jsonl")));
-            run(arc_rec(&db.url)
-                .args([
-                    "model",
-                    "init",
-                    "--preset",
-                    "tiny",
-                    "--corpus-outcomes",
-                    "300",
-                ])
-                .arg("--out")
-                .arg(dir.path().join("tiny")));
+            init_tiny_model(&db.url, &dir.path().join("tiny"));
             Fixture { db, dir }
         })
         .await
