@@ -15,7 +15,7 @@ use crate::plot::{Panel, Series, write_png};
 use crate::rft::{GraderKind, RftDataset};
 use crate::training::DeviceChoice;
 use crate::training::evaluation::{
-    EvalSettings, ModelReport, evaluate, load_run_model, run_models,
+    EvalSettings, ModelReport, RunModel, evaluate, load_run_model, run_models,
 };
 use crate::training::rollout::tokenize_prompts;
 use crate::training::run_dir::{read_settings, write_atomically};
@@ -37,6 +37,10 @@ pub struct EvalArgs {
     /// Where verdicts come from; the run's grader by default.
     #[arg(long, value_enum)]
     pub grader: Option<GraderKind>,
+    /// Which of the run's models to evaluate, comma-separated (all it has by default). An RL run
+    /// started from another run's warm-up model has that model as its base.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub models: Vec<RunModel>,
     /// Evaluate the first this many held-out prompts only (all by default).
     #[arg(long)]
     pub max_prompts: Option<usize>,
@@ -118,7 +122,26 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         seed: args.seed,
         batch_prompts: args.batch_prompts,
     };
-    let models = run_models(&settings, &args.run);
+    let mut models = run_models(&settings, &args.run);
+    if !args.models.is_empty() {
+        if let Some(missing) = args
+            .models
+            .iter()
+            .find(|wanted| !models.iter().any(|(m, _)| m == *wanted))
+        {
+            bail!(
+                "--models: run {} has no {} model (it has {})",
+                args.run.display(),
+                missing.label(),
+                models
+                    .iter()
+                    .map(|(m, _)| m.label())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        models.retain(|(m, _)| args.models.contains(m));
+    }
     if !args.json {
         println!(
             "evaluating {} of run {} on {} held-out prompts of {} (n = {}, grader {}) on {}",

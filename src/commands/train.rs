@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use objectives::Objective;
 
 use crate::cli::DatabaseArgs;
-use crate::rft::{GraderKind, RftDataset};
+use crate::rft::{GraderKind, RftDataset, WorldReward};
 use crate::storage::training_runs::{self, RunStatus};
 use crate::training::{
     DeviceChoice, FaultHooks, LrSchedule, MetricsLine, Observer, RunDir, StepMetrics,
@@ -79,6 +79,11 @@ pub struct TrainArgs {
     /// Outcomes of that world (`arc-rec simulate --outcomes`).
     #[arg(long, default_value_t = crate::world::WorldParams::default().outcomes)]
     pub world_outcomes: usize,
+    /// The world grader's reward: +1/−1 from one acceptance draw (sampled, the plan's binary
+    /// reward), or its expectation 2p − 1 under the true acceptance probability p (expected: no
+    /// draw noise). Verdicts and pass@k figures come from the draw either way.
+    #[arg(long, value_enum, default_value_t = WorldReward::Sampled)]
+    pub world_reward: WorldReward,
     /// Leave out the +0.1 reward for a well-formed recommendation.
     #[arg(long)]
     pub no_format_bonus: bool,
@@ -168,6 +173,7 @@ impl TrainArgs {
             grader: self.grader,
             world_seed: self.world_seed,
             world_outcomes: self.world_outcomes,
+            world_reward: self.world_reward,
             format_bonus: !self.no_format_bonus,
             seed: self.seed,
             learning_rate: self.learning_rate,

@@ -8,7 +8,11 @@
 //! - [`Grader::World`]: the synthetic world's hidden truth: the configuration owner accepts with
 //!   the world's acceptance probability (drawn per verdict from a seeded stream, so equal answers
 //!   in one group get one verdict), and the verdict carries that probability and the diff's
-//!   true reliability gain, which is how evaluation measures real quality.
+//!   true reliability gain, which is how evaluation measures real quality. With
+//!   [`WorldReward::Expected`] the reward is the verdict's expectation instead of its draw,
+//!   `p·(+1) + (1 − p)·(−1)`: the same objective in expectation with none of the draw's noise, for
+//!   measuring how much of RL's difficulty is that noise (the `accepted` flag, and so every
+//!   pass@k figure, still comes from the draw).
 
 use std::collections::HashMap;
 
@@ -40,6 +44,17 @@ impl GraderKind {
             GraderKind::World => "world",
         }
     }
+}
+
+/// `--world-reward`: what the world grader's reward is made of.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum WorldReward {
+    /// The plan's binary reward of one acceptance draw: +1 accepted, −1 rejected.
+    #[default]
+    Sampled,
+    /// Its expectation under the true acceptance probability p: 2p − 1.
+    Expected,
 }
 
 /// What a grader says about one completion.
@@ -96,8 +111,11 @@ pub struct Grader {
 #[derive(Debug, Clone)]
 enum Source {
     Logged,
-    /// `config_id` → its truth.
-    World(HashMap<String, ConfigTruth>),
+    World {
+        /// `config_id` → its truth.
+        truths: HashMap<String, ConfigTruth>,
+        reward: WorldReward,
+    },
 }
 
 impl Grader {
@@ -114,6 +132,7 @@ impl Grader {
     pub fn world<'a>(
         params: WorldParams,
         prompts: impl IntoIterator<Item = &'a RftPrompt>,
+        reward: WorldReward,
         format_bonus: bool,
     ) -> Result<Self, GraderError> {
         let (seed, outcomes) = (params.seed, params.outcomes);
@@ -142,14 +161,14 @@ impl Grader {
         }
         Ok(Grader {
             format_bonus,
-            source: Source::World(truths),
+            source: Source::World { truths, reward },
         })
     }
 
     pub fn kind(&self) -> GraderKind {
         match self.source {
             Source::Logged => GraderKind::Logged,
-            Source::World(_) => GraderKind::World,
+            Source::World { .. } => GraderKind::World,
         }
     }
 
@@ -169,7 +188,7 @@ impl Grader {
                 None,
                 None,
             ),
-            Source::World(truths) => match truths.get(&prompt.config_id) {
+            Source::World { truths, .. } => match truths.get(&prompt.config_id) {
                 Some(truth) => {
                     let ground = crate::world::GroundTruth;
                     let probability = ground.acceptance_probability(
@@ -190,7 +209,17 @@ impl Grader {
                 None => (false, None, None),
             },
         };
-        let base = if accepted { ACCEPTED } else { REJECTED };
+        let base = match (&self.source, acceptance_probability) {
+            (
+                Source::World {
+                    reward: WorldReward::Expected,
+                    ..
+                },
+                Some(p),
+            ) => p * ACCEPTED + (1.0 - p) * REJECTED,
+            _ if accepted => ACCEPTED,
+            _ => REJECTED,
+        };
         Verdict {
             reward: base + if self.format_bonus { FORMAT_VALID } else { 0.0 },
             format_valid: true,
@@ -313,7 +342,7 @@ mod tests {
         let world = World::new(params.clone()).unwrap();
         let truth = world.config_truths().next().unwrap();
         let p = prompt(&truth.config_id, truth.initial_config.clone());
-        let grader = Grader::world(params.clone(), [&p], false).unwrap();
+        let grader = Grader::world(params.clone(), [&p], WorldReward::Sampled, false).unwrap();
         let completion = r#"{"type":"retry_policy","diff":{"retry":{"max_attempts":3,"backoff_s":2}},"rationale":"Retry."}"#;
         let verdict = grader.grade(&p, completion, 7);
         let probability = verdict.acceptance_probability.unwrap();
@@ -331,8 +360,17 @@ mod tests {
             "{accepted} vs {probability}"
         );
 
+        // The expected reward is the draw's expectation, the same for every key; the verdict
+        // itself is still drawn.
+        let expected = Grader::world(params.clone(), [&p], WorldReward::Expected, true).unwrap();
+        let smooth = expected.grade(&p, completion, 7);
+        assert!((smooth.reward - (2.0 * probability - 1.0 + 0.1)).abs() < 1e-12);
+        assert_eq!(smooth.accepted, verdict.accepted);
+        assert_eq!(expected.grade(&p, completion, 8).reward, smooth.reward);
+        assert_eq!(expected.grade(&p, "nonsense", 7).reward, -1.0);
+
         let stranger = prompt("not-a-config", config());
-        let err = Grader::world(params, [&stranger], false)
+        let err = Grader::world(params, [&stranger], WorldReward::Sampled, false)
             .unwrap_err()
             .to_string();
         assert!(

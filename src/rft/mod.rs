@@ -12,4 +12,4 @@ pub mod model_candidates;
 
 pub use completion::{FormatError, ParsedRecommendation, canonical_answer, parse_recommendation};
 pub use dataset::{DatasetError, LoggedVerdicts, RftDataset, RftPrompt};
-pub use grader::{Grader, GraderError, GraderKind, Verdict};
+pub use grader::{Grader, GraderError, GraderKind, Verdict, WorldReward};

@@ -23,8 +23,8 @@ use super::session::{derive_seed, lora_config, rl_base};
 use super::settings::TrainSettings;
 use crate::rft::Grader;
 
-/// Which of a run's models.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Which of a run's models (`arc-rec eval --models`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum RunModel {
     /// The checkpoint the run started from.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use objectives::{Estimator, Objective};
 use serde::{Deserialize, Serialize};
 
-use crate::rft::{Grader, GraderError, GraderKind, RftPrompt};
+use crate::rft::{Grader, GraderError, GraderKind, RftPrompt, WorldReward};
 use crate::world::WorldParams;
 
 /// `--device`.
@@ -102,6 +102,10 @@ pub struct TrainSettings {
     pub grader: GraderKind,
     pub world_seed: u64,
     pub world_outcomes: usize,
+    /// The world grader's reward: one acceptance draw, or its expectation (absent from older
+    /// runs' config.json: the draw).
+    #[serde(default)]
+    pub world_reward: WorldReward,
     /// +0.1 for a well-formed recommendation.
     pub format_bonus: bool,
     /// Seeds the data order, sampling, the world's draws and majority tie-breaks.
@@ -255,6 +259,7 @@ impl TrainSettings {
                     ..WorldParams::default()
                 },
                 prompts,
+                self.world_reward,
                 self.format_bonus,
             ),
         }
@@ -308,6 +313,7 @@ pub(crate) mod tests {
             grader: GraderKind::World,
             world_seed: 1,
             world_outcomes: 20_000,
+            world_reward: WorldReward::Sampled,
             format_bonus: true,
             seed: 1,
             learning_rate: 1e-3,

@@ -399,4 +399,51 @@ async fn eval_compares_the_base_warm_up_and_rl_models_on_held_out_prompts() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&output.stderr).contains("--n"));
+
+    // --models picks models, in the run's order, and names one the run lacks.
+    let only = |models: &str, run: &Path| {
+        arc_rec(&fixture.db.url)
+            .args(["eval", "--n", "2", "--max-prompts", "1", "--json"])
+            .args(["--device", "cpu", "--models", models, "--run"])
+            .arg(run)
+            .output()
+            .unwrap()
+    };
+    let output = only("rl,warmup", &out);
+    assert!(output.status.success(), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let names: Vec<&str> = report["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["warmup", "rl"]);
+    let unfinished = root.path().join("no-adapter");
+    copy_dir(&out, &unfinished);
+    std::fs::remove_dir_all(unfinished.join("adapter")).unwrap();
+    let output = only("rl", &unfinished);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--models") && stderr.contains("no RL model"),
+        "{stderr}"
+    );
+    let output = only("best", &out);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--models"));
+}
+
+/// Copies a directory tree.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
 }
