@@ -79,9 +79,6 @@ pub enum ClusterError {
     /// A stored model is inconsistent.
     #[error("stored cluster model is inconsistent: {0}")]
     Corrupt(String),
-    /// The database.
-    #[error(transparent)]
-    Storage(#[from] crate::storage::StorageError),
 }
 
 /// How to cluster.

@@ -226,8 +226,10 @@ impl Serving {
     /// An organization's statistics, cluster model and model candidates from the database.
     async fn load_org(&self, org: &str) -> Result<OrgData, ServeError> {
         let index = CandidateIndex::load(&self.pool, org).await?;
-        let clusters = ClusterModel::load(&self.pool, org)
-            .await
+        let clusters = crate::storage::clusters::load_model(&self.pool, org)
+            .await?
+            .map(ClusterModel::from_stored)
+            .transpose()
             .map_err(ServeError::Cluster)?;
         let model_candidates = load_model_candidates_by_cluster(&self.pool, org).await?;
         Ok((index, clusters, model_candidates))

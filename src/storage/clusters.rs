@@ -9,8 +9,8 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use super::{QueryContext, StorageError};
 use crate::clustering::{
-    ClusterError, ClusterModel, FeaturizerKind, HashedTfIdf, PatternAssignment, PatternInput,
-    StoredCluster, StoredModel, StoredProjection,
+    FeaturizerKind, HashedTfIdf, PatternAssignment, PatternInput, StoredCluster, StoredModel,
+    StoredProjection,
 };
 
 /// Organizations that have failure patterns (all, or only `only` when it has some).
@@ -263,18 +263,15 @@ impl ClusterTx {
     }
 }
 
-impl ClusterModel {
-    /// The organization's current cluster model, `None` when it was never clustered.
-    pub async fn load(pool: &PgPool, org_id: &str) -> Result<Option<ClusterModel>, ClusterError> {
-        let mut conn = pool
-            .acquire()
-            .await
-            .context("acquire a connection for the cluster model")?;
-        match read_model(&mut conn, org_id).await? {
-            Some(stored) => Ok(Some(ClusterModel::from_stored(stored)?)),
-            None => Ok(None),
-        }
-    }
+/// The organization's current cluster model in its stored form, `None` when it was never
+/// clustered (`ClusterModel::from_stored` turns it into a model; that check belongs to
+/// `clustering`, which does no IO).
+pub async fn load_model(pool: &PgPool, org_id: &str) -> Result<Option<StoredModel>, StorageError> {
+    let mut conn = pool
+        .acquire()
+        .await
+        .context("acquire a connection for the cluster model")?;
+    read_model(&mut conn, org_id).await
 }
 
 /// Reads the stored model and its active clusters.

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use arc_rec::clustering::quality::agreement;
 use arc_rec::clustering::{ClusterModel, FailureInput, FailureText};
+use arc_rec::storage::clusters::load_model;
 use assert_cmd::Command;
 use serde_json::Value;
 
@@ -90,10 +91,11 @@ async fn simulated_world_clusters_keep_their_ids_and_place_new_failures() {
     // A fresh timeout message goes to a cluster that holds the tool-timeout mode (whose members
     // are mostly tool timeouts; a mode may span clusters, e.g. one per tool).
     let org = "acme";
-    let model = ClusterModel::load(db.pool(), org)
+    let stored = load_model(db.pool(), org)
         .await
         .unwrap()
         .expect("acme has a model");
+    let model = ClusterModel::from_stored(stored).unwrap();
     let mut modes_of: HashMap<&str, HashMap<&str, usize>> = HashMap::new();
     for ((o, _), (cluster, mode)) in &assigned {
         if o == org {
@@ -124,12 +126,7 @@ async fn simulated_world_clusters_keep_their_ids_and_place_new_failures() {
         "{placed:?}"
     );
     assert_eq!(placed.reduced.len(), 16);
-    assert!(
-        ClusterModel::load(db.pool(), "nobody")
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(load_model(db.pool(), "nobody").await.unwrap().is_none());
 }
 
 #[test]
