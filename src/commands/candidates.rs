@@ -24,7 +24,7 @@ use crate::storage::clusters::active_cluster_ids;
 use crate::storage::training_runs;
 use crate::training::evaluation::{RunModel, load_run_model};
 use crate::training::rollout::{PromptTokens, Sampling, rollout, tokenize_prompts};
-use crate::training::run_dir::{FINAL_ADAPTER_DIR, read_settings};
+use crate::training::run_dir::{FINAL_ADAPTER_DIR, read_run_data, read_settings};
 use crate::training::{DeviceChoice, TrainSettings};
 
 /// The file of a run directory holding its id (`arc-rec train` writes it): the model version.
@@ -114,13 +114,7 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
             args.run.display()
         );
     }
-    let dataset = RftDataset::load(&settings.data).with_context(|| {
-        format!(
-            "--run {}: its data {}",
-            args.run.display(),
-            settings.data.display()
-        )
-    })?;
+    let dataset = read_run_data(&args.run, &settings)?;
     let contexts = serving_contexts(&dataset);
     if contexts.is_empty() {
         bail!(

@@ -12,13 +12,13 @@ use serde::Serialize;
 
 use crate::export::Split;
 use crate::plot::{Panel, Series, write_png};
-use crate::rft::{GraderKind, RftDataset};
+use crate::rft::GraderKind;
 use crate::training::DeviceChoice;
 use crate::training::evaluation::{
     EvalSettings, ModelReport, RunModel, evaluate, load_run_model, run_models,
 };
 use crate::training::rollout::tokenize_prompts;
-use crate::training::run_dir::{read_settings, write_atomically};
+use crate::training::run_dir::{read_run_data, read_settings, write_atomically};
 
 /// Where `eval` writes its figures inside the run directory.
 pub const EVAL_JSON_FILE: &str = "eval.json";
@@ -91,13 +91,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         bail!("--batch-prompts must be at least 1");
     }
     let settings = read_settings(&args.run, "--run")?;
-    let dataset = RftDataset::load(&settings.data).with_context(|| {
-        format!(
-            "--run {}: its data {}",
-            args.run.display(),
-            settings.data.display()
-        )
-    })?;
+    let dataset = read_run_data(&args.run, &settings)?;
     let mut held_out = dataset.split(Split::Validation);
     if held_out.is_empty() {
         bail!(

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::metrics::MetricsLine;
 use super::settings::TrainSettings;
+use crate::rft::RftDataset;
 
 pub const CONFIG_FILE: &str = "config.json";
 pub const METRICS_FILE: &str = "metrics.jsonl";
@@ -334,6 +335,18 @@ pub fn read_settings(root: &Path, flag: &str) -> anyhow::Result<TrainSettings> {
         fs::read(&config_path).with_context(|| format!("cannot read {}", config_path.display()))?;
     serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a valid run configuration", config_path.display()))
+}
+
+/// The examples the run in `root` was trained on (its configuration's `data`); errors name the
+/// run as `--run`'s.
+pub fn read_run_data(root: &Path, settings: &TrainSettings) -> anyhow::Result<RftDataset> {
+    RftDataset::load(&settings.data).with_context(|| {
+        format!(
+            "--run {}: its data {}",
+            root.display(),
+            settings.data.display()
+        )
+    })
 }
 
 /// Writes `path` through a synced temporary file and a rename, so it is whole or absent.

@@ -280,7 +280,41 @@ pub fn run(cmd: &mut assert_cmd::Command) -> String {
 
 /// `arc-rec model init --preset tiny` into `out`, its tokenizer trained on 300 outcomes of the
 /// database at `url` (enough for the tests' training runs, and quick).
-pub fn init_tiny_model(url: &str, out: &std::path::Path) {
+/// The small synthetic world behind the training tests' data (the world grader is told the same
+/// through [`world_grader_args`]).
+pub const TRAINING_WORLD_SEED: &str = "3";
+pub const TRAINING_WORLD_OUTCOMES: &str = "1500";
+
+/// `--world-seed` and `--world-outcomes` of [`TRAINING_WORLD_SEED`]'s world.
+pub fn world_grader_args() -> [&'static str; 4] {
+    [
+        "--world-seed",
+        TRAINING_WORLD_SEED,
+        "--world-outcomes",
+        TRAINING_WORLD_OUTCOMES,
+    ]
+}
+
+/// Simulates the training world into `url`'s database, clusters `cluster_org` (if any), exports
+/// it to `dir/examples.jsonl` and writes a tiny model to `dir/tiny`.
+pub fn training_world(url: &str, dir: &std::path::Path, cluster_org: Option<&str>) {
+    run(arc_rec(url).args([
+        "simulate",
+        "--seed",
+        TRAINING_WORLD_SEED,
+        "--outcomes",
+        TRAINING_WORLD_OUTCOMES,
+    ]));
+    if let Some(org) = cluster_org {
+        run(arc_rec(url).args(["cluster", "--org", org]));
+    }
+    run(arc_rec(url)
+        .args(["export", "--out"])
+        .arg(dir.join("examples.jsonl")));
+    init_tiny_model(url, &dir.join("tiny"));
+}
+
+fn init_tiny_model(url: &str, out: &std::path::Path) {
     run(arc_rec(url)
         .args([
             "model",

@@ -10,11 +10,9 @@ use arc_rec::rft::RftDataset;
 use arc_rec::rft::model_candidates::serving_contexts;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, arc_rec, fresh_database, init_tiny_model, run, spawn_app_on};
-
-/// The synthetic world behind the data (the RL steps' world grader must be told the same).
-const WORLD_SEED: &str = "3";
-const WORLD_OUTCOMES: &str = "1500";
+use crate::helpers::{
+    TestApp, arc_rec, fresh_database, run, spawn_app_on, training_world, world_grader_args,
+};
 /// Only this organization is clustered, so the others' contexts keep failure categories as
 /// their clusters and their candidates are stored for any cluster: both paths are exercised.
 const CLUSTERED_ORG: &str = "acme";
@@ -43,12 +41,7 @@ fn train(db_url: &str, dir: &Path, out: &Path) -> String {
         .arg(dir.join("tiny"))
         .arg("--out")
         .arg(out)
-        .args([
-            "--world-seed",
-            WORLD_SEED,
-            "--world-outcomes",
-            WORLD_OUTCOMES,
-        ])
+        .args(world_grader_args())
         // Enough warm-up on accepted recommendations that the tiny model writes parseable ones:
         // 70 steps at a constant rate reach a loss of about 0.1 per token, and 38 of 92 sampled
         // recommendations pass the format check (60 steps of a cosine schedule: 2 of 92).
@@ -65,16 +58,7 @@ async fn model_candidates_are_served_marked_as_the_models_and_feedback_on_them_i
     let db = fresh_database().await;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("examples.jsonl");
-    run(arc_rec(&db.url).args([
-        "simulate",
-        "--seed",
-        WORLD_SEED,
-        "--outcomes",
-        WORLD_OUTCOMES,
-    ]));
-    run(arc_rec(&db.url).args(["cluster", "--org", CLUSTERED_ORG]));
-    run(arc_rec(&db.url).args(["export", "--out"]).arg(&data));
-    init_tiny_model(&db.url, &dir.path().join("tiny"));
+    training_world(&db.url, dir.path(), Some(CLUSTERED_ORG));
     let out = dir.path().join("run");
     let stdout = train(&db.url, dir.path(), &out);
     assert!(

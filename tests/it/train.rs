@@ -9,11 +9,7 @@ use std::time::{Duration, Instant};
 use arc_rec::training::{MetricsLine, read_metrics};
 use tokio::sync::OnceCell;
 
-use crate::helpers::{TestDb, arc_rec, fresh_database, init_tiny_model, run};
-
-/// The synthetic world behind the data (the world grader must be told the same).
-const WORLD_SEED: &str = "3";
-const WORLD_OUTCOMES: &str = "1500";
+use crate::helpers::{TestDb, arc_rec, fresh_database, run, training_world, world_grader_args};
 
 /// A data file, a tiny checkpoint and the database they came from, made once per test binary.
 struct Fixture {
@@ -38,17 +34,7 @@ async fn fixture() -> &'static Fixture {
         .get_or_init(|| async {
             let db = fresh_database().await;
             let dir = tempfile::tempdir().unwrap();
-            run(arc_rec(&db.url).args([
-                "simulate",
-                "--seed",
-                WORLD_SEED,
-                "--outcomes",
-                WORLD_OUTCOMES,
-            ]));
-            run(arc_rec(&db.url)
-                .args(["export", "--out"])
-                .arg(dir.path().join("examples.jsonl")));
-            init_tiny_model(&db.url, &dir.path().join("tiny"));
+            training_world(&db.url, dir.path(), None);
             Fixture { db, dir }
         })
         .await
@@ -64,12 +50,7 @@ fn train_command(fixture: &Fixture, out: &Path) -> assert_cmd::Command {
         .arg(fixture.model())
         .arg("--out")
         .arg(out)
-        .args([
-            "--world-seed",
-            WORLD_SEED,
-            "--world-outcomes",
-            WORLD_OUTCOMES,
-        ])
+        .args(world_grader_args())
         .args(["--sft-steps", "4", "--sft-batch", "4", "--steps", "6"])
         .args(["--k", "2", "--n", "4", "--prompts-per-step", "2"])
         .args(["--max-new-tokens", "24", "--checkpoint-every", "2"])

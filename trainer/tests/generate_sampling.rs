@@ -3,19 +3,18 @@
 //! returned log-probs equal a teacher-forced forward, one prefill serves k samples, eos and stop
 //! strings cut samples, and bad requests are named errors.
 
-use std::collections::BTreeSet;
-use std::path::PathBuf;
+mod common;
 
+use std::collections::BTreeSet;
+
+use common::{FIXTURES, load_model, read_reference};
 use serde::Deserialize;
 use tch::{Kind, Tensor};
-use trainer::device::{DeviceRequest, Runtime};
 use trainer::generate::{
     FinishReason, FinishedRows, GenerateError, Generation, GenerationRequest, Sample, StopStrings,
     generate,
 };
 use trainer::model::{CausalLm, Logits};
-
-const FIXTURES: [&str; 2] = ["tiny-qwen2", "tiny-llama"];
 
 #[derive(Debug, Deserialize)]
 struct Reference {
@@ -25,13 +24,7 @@ struct Reference {
 }
 
 fn load(name: &str) -> (CausalLm, Reference) {
-    let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    let (model, _) = CausalLm::from_pretrained(&dir, runtime).unwrap();
-    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
-    (model, serde_json::from_str(&text).unwrap())
+    (load_model(name), read_reference(name))
 }
 
 fn greedy_request(prompts: Vec<Vec<i64>>, new_tokens: usize) -> GenerationRequest<'static> {

@@ -3,39 +3,24 @@
 //! fine-tuning. Its own test binary: dropout draws from libtorch's global generator, which tests
 //! running in parallel threads of one binary would share.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+mod common;
 
+use std::collections::BTreeMap;
+
+use common::{FIXTURES, load_model as load, max_abs, read_reference};
 use serde::Deserialize;
 use tch::Tensor;
-use trainer::device::{DeviceRequest, Runtime};
 use trainer::model::{CausalLm, LoraConfig};
 use trainer::train_step::{TrainBatch, accumulate_gradients, masked_mean_nll};
-
-const FIXTURES: [&str; 2] = ["tiny-qwen2", "tiny-llama"];
 
 #[derive(Debug, Deserialize)]
 struct Reference {
     prompts: Vec<Vec<i64>>,
 }
 
-fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-fn load(name: &str) -> CausalLm {
-    let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
-    CausalLm::from_pretrained(&fixture_dir(name), runtime)
-        .unwrap()
-        .0
-}
-
 /// The fixture's prompts right-padded with token 0; every real token after the first is scored.
 fn batch(name: &str) -> TrainBatch {
-    let text = std::fs::read_to_string(fixture_dir(name).join("reference.json")).unwrap();
-    let reference: Reference = serde_json::from_str(&text).unwrap();
+    let reference: Reference = read_reference(name);
     let width = reference.prompts.iter().map(Vec::len).max().unwrap();
     let (mut ids, mut mask) = (Vec::new(), Vec::new());
     for prompt in &reference.prompts {
@@ -52,10 +37,6 @@ fn batch(name: &str) -> TrainBatch {
         completion_mask: mask.copy(),
         attention_mask: Some(mask),
     }
-}
-
-fn max_abs(a: &Tensor, b: &Tensor) -> f64 {
-    (a - b).abs().max().double_value(&[])
 }
 
 /// Every trainable variable's gradient after one backward of the mean NLL.

@@ -2,17 +2,18 @@
 //! Face PEFT (scripts/reference/peft_logits.py) as in our model, for both fixtures, unmerged and
 //! merged (`merge_and_unload()` against `peft::merge_adapters` with the adapters switched off).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::{FIXTURES, fixture_dir, load_model};
 use serde::Deserialize;
 use tch::{Kind, Tensor};
-use trainer::device::{DeviceRequest, Runtime};
 use trainer::model::{CausalLm, LORA_TARGETS, Logits, LoraConfig};
 use trainer::peft::{AdapterConfig, merge_adapters, save_adapter};
 use trainer::train_step::{TrainBatch, Trainer, TrainerConfig};
 
-const FIXTURES: [&str; 2] = ["tiny-qwen2", "tiny-llama"];
 const RANK: i64 = 4;
 const ALPHA: f64 = 8.0;
 const STEPS: usize = 5;
@@ -42,12 +43,6 @@ struct PeftLogits {
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
 }
 
 /// Runs peft_logits.py with the project's virtualenv; a missing venv or package is a failure,
@@ -143,9 +138,8 @@ struct Ours {
 
 /// Trains an adapter on the fixture's prompts, saves it to `adapter_dir` and records our logits.
 fn train_and_save(name: &'static str, prompts: &[Vec<i64>], adapter_dir: &Path) -> Ours {
-    let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
     let dir = fixture_dir(name);
-    let (mut model, _) = CausalLm::from_pretrained(&dir, runtime).unwrap();
+    let mut model = load_model(name);
     // Reproducible lora_A initialisation (this binary's only test, so no other thread draws).
     tch::manual_seed(0);
     model

@@ -3,38 +3,25 @@
 //! autograd, AdamW moves only the adapters (or, fully fine-tuning, every weight, which then saves as
 //! a checkpoint that loads back to the same logits), and gradient clipping scales the update.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+mod common;
 
+use std::collections::BTreeMap;
+
+use common::{FIXTURES, cpu, fixture_dir, load_model as load, max_abs, read_reference};
 use serde::Deserialize;
 use tch::{Kind, Tensor};
-use trainer::device::{DeviceRequest, Runtime};
 use trainer::logprobs::{reference_logprobs, score_logprobs, sequence_logprobs_chunked};
 use trainer::model::{CausalLm, LoraConfig};
 use trainer::train_step::{
     TrainBatch, TrainError, Trainer, TrainerConfig, accumulate_gradients, masked_mean_nll,
 };
 
-const FIXTURES: [&str; 2] = ["tiny-qwen2", "tiny-llama"];
 /// Columns before this one are "prompt" and not scored, so masking is exercised.
 const FIRST_SCORED: i64 = 3;
 
 #[derive(Debug, Deserialize)]
 struct Reference {
     prompts: Vec<Vec<i64>>,
-}
-
-fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-fn load(name: &str) -> CausalLm {
-    let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
-    CausalLm::from_pretrained(&fixture_dir(name), runtime)
-        .unwrap()
-        .0
 }
 
 /// A model with rank-4 adapters on every projection whose lora_B is random, so the adapters change
@@ -62,8 +49,7 @@ fn adapted(name: &str, seed: i64) -> CausalLm {
 /// The fixture's prompts right-padded with token 0, with the attention mask and a completion mask
 /// that scores real tokens from column `FIRST_SCORED` on.
 fn batch(name: &str) -> TrainBatch {
-    let text = std::fs::read_to_string(fixture_dir(name).join("reference.json")).unwrap();
-    let reference: Reference = serde_json::from_str(&text).unwrap();
+    let reference: Reference = read_reference(name);
     let width = reference.prompts.iter().map(Vec::len).max().unwrap();
     let (mut ids, mut mask, mut completion) = (Vec::new(), Vec::new(), Vec::new());
     for prompt in &reference.prompts {
@@ -107,10 +93,6 @@ fn full_logprobs(model: &CausalLm, batch: &TrainBatch) -> Tensor {
                 .to_kind(Kind::Bool),
         );
     all * scored.to_kind(Kind::Float)
-}
-
-fn max_abs(a: &Tensor, b: &Tensor) -> f64 {
-    (a - b).abs().max().double_value(&[])
 }
 
 fn lora_grads(model: &CausalLm) -> BTreeMap<String, Tensor> {
@@ -321,8 +303,7 @@ fn full_fine_tuning_moves_every_weight_and_saves_a_checkpoint_that_loads_back() 
         let saved = out.path().join("model");
         trainer::peft::save_checkpoint(model.var_store(), &fixture_dir(name), &saved, 1 << 30)
             .unwrap();
-        let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
-        let (reloaded, _) = CausalLm::from_pretrained(&saved, runtime).unwrap();
+        let (reloaded, _) = CausalLm::from_pretrained(&saved, cpu()).unwrap();
         let ours = full_logprobs(&model, &batch);
         let theirs = full_logprobs(&reloaded, &batch);
         assert_eq!(

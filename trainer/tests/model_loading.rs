@@ -1,16 +1,12 @@
 //! Checkpoint loading failures name the file, tensor and field at fault; dtype conversion on load.
 
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::path::Path;
+
+use common::{cpu, fixture_dir};
 use tch::{Kind, Tensor};
-use trainer::device::{DeviceRequest, Runtime};
 use trainer::model::{CausalLm, ModelError};
-
-fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
 
 /// A writable copy of a fixture checkpoint.
 fn copy_fixture(name: &str) -> tempfile::TempDir {
@@ -20,10 +16,6 @@ fn copy_fixture(name: &str) -> tempfile::TempDir {
         std::fs::copy(entry.path(), copy.path().join(entry.file_name())).unwrap();
     }
     copy
-}
-
-fn cpu() -> Runtime {
-    Runtime::select(DeviceRequest::Cpu).unwrap()
 }
 
 fn load_error(dir: &Path) -> String {

@@ -2,16 +2,15 @@
 //! `scripts/reference/make_model_fixtures.py`: logits (unpadded, left-padded, cached), greedy
 //! continuations through the KV cache, and LoRA's effect, switch and gradients.
 
-use std::path::PathBuf;
+mod common;
 
+use common::{FIXTURES, load_model, max_abs, read_reference};
 use serde::Deserialize;
 use tch::{Kind, Tensor};
-use trainer::device::{DeviceRequest, Runtime};
 use trainer::model::{CausalLm, Logits, LoraConfig, greedy_decode};
 
 /// fp32 on CPU must agree with transformers to float rounding.
 const TOLERANCE: f64 = 1e-4;
-const FIXTURES: [&str; 2] = ["tiny-qwen2", "tiny-llama"];
 
 #[derive(Debug, Deserialize)]
 struct Reference {
@@ -22,28 +21,14 @@ struct Reference {
     new_tokens: i64,
 }
 
-fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
 fn load(name: &str) -> (CausalLm, Reference) {
-    let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
-    let dir = fixture_dir(name);
-    let (model, _) = CausalLm::from_pretrained(&dir, runtime).unwrap();
-    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
-    (model, serde_json::from_str(&text).unwrap())
+    (load_model(name), read_reference(name))
 }
 
 fn reference_logits(reference: &Reference, prompt: usize) -> Tensor {
     let rows = &reference.logits[prompt];
     let flat: Vec<f32> = rows.iter().flatten().copied().collect();
     Tensor::from_slice(&flat).reshape([rows.len() as i64, -1])
-}
-
-fn max_abs(a: &Tensor, b: &Tensor) -> f64 {
-    (a - b).abs().max().double_value(&[])
 }
 
 /// The prompts left-padded with token 0 into one batch, and the matching mask.

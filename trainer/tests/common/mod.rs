@@ -1,0 +1,45 @@
+//! What the trainer's integration tests share: the reference fixtures (`tests/fixtures/*`, tiny
+//! checkpoints written by transformers with the `reference.json` it computed), loading them on
+//! the CPU, and comparing tensors.
+#![allow(
+    dead_code,
+    reason = "each test binary uses its own part of this module"
+)]
+
+use std::path::PathBuf;
+
+use serde::de::DeserializeOwned;
+use tch::Tensor;
+use trainer::device::{DeviceRequest, Runtime};
+use trainer::model::CausalLm;
+
+/// Both architectures the loader supports, as transformers wrote them.
+pub const FIXTURES: [&str; 2] = ["tiny-qwen2", "tiny-llama"];
+
+pub fn fixture_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+pub fn cpu() -> Runtime {
+    Runtime::select(DeviceRequest::Cpu).unwrap()
+}
+
+/// The fixture checkpoint `name` on the CPU.
+pub fn load_model(name: &str) -> CausalLm {
+    CausalLm::from_pretrained(&fixture_dir(name), cpu())
+        .unwrap()
+        .0
+}
+
+/// The fixture's `reference.json`, read into whichever part of it a test needs.
+pub fn read_reference<R: DeserializeOwned>(name: &str) -> R {
+    let text = std::fs::read_to_string(fixture_dir(name).join("reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The largest absolute elementwise difference.
+pub fn max_abs(a: &Tensor, b: &Tensor) -> f64 {
+    (a - b).abs().max().double_value(&[])
+}
