@@ -32,14 +32,17 @@ if [ ! -s examples.jsonl ]; then
 fi
 [ -f tiny/config.json ] || "$arc_rec" model init --preset tiny --out tiny
 
-# train RUN_DIR LOG ARGS...: a run, kept when it finished (summary.json), redone otherwise.
+# train RUN_DIR LOG ARGS...: a run, kept when it finished (summary.json), redone otherwise. A run
+# that gives up (e.g. a KL blow-up past --max-rollbacks) is reported and left out of the table,
+# not the end of the experiment.
 train() {
   local dir=$1 log=$2
   shift 2
   if [ ! -f "$dir/summary.json" ]; then
     rm -rf "$dir"
     echo "== $dir"
-    "$arc_rec" train --data examples.jsonl --out "$dir" --no-record --seed "$seed" "$@" > "$log" 2>&1
+    "$arc_rec" train --data examples.jsonl --out "$dir" --no-record --seed "$seed" "$@" > "$log" 2>&1 ||
+      echo "rft-experiment: $dir failed: $(tail -n 1 "$log")" >&2
   fi
 }
 
@@ -51,8 +54,9 @@ for seed in $SEEDS; do
       run="s$seed-$reward-${objective%@k}"
       train "$run" "$run.log" --model "w$seed/warmup-model" --sft-steps 0 --steps "$RL_STEPS" \
         --objective "$objective" --world-reward "$reward"
-      # The pass@k run's base is the warm-up model: evaluated once, with that run.
-      if [ ! -s "$run.eval.json" ]; then
+      # The pass@k run's base is the warm-up model: evaluated once, with that run (so a pass@k
+      # run that failed leaves that seed's warm-up model out too).
+      if [ -f "$run/summary.json" ] && [ ! -s "$run.eval.json" ]; then
         "$arc_rec" eval --run "$run" --n "$EVAL_N" --models "$models" --json > "$run.eval.json.tmp" 2> "$run.eval.log"
         mv "$run.eval.json.tmp" "$run.eval.json"
       fi

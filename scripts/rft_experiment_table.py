@@ -42,33 +42,38 @@ def main():
     args = parser.parse_args()
     cols = columns(args.k)
     for reward in args.rewards:
+        # A run that did not finish has no evaluation: its row leaves that seed out (and says so).
         rows = {"warm-up only": {}, f"+ pass@{args.k} RL": {}, "+ mean RL": {}}
         for seed in args.seeds:
             passk = load(args.out / f"s{seed}-{reward}-pass.eval.json")
             mean = load(args.out / f"s{seed}-{reward}-mean.eval.json")
-            if passk is None or mean is None:
-                continue
-            rows["warm-up only"][seed] = passk["base"]
-            rows[f"+ pass@{args.k} RL"][seed] = passk["rl"]
-            rows["+ mean RL"][seed] = mean["rl"]
-        seeds = sorted(rows["warm-up only"])
-        if not seeds:
+            if passk is not None:
+                rows["warm-up only"][seed] = passk["base"]
+                rows[f"+ pass@{args.k} RL"][seed] = passk["rl"]
+            if mean is not None:
+                rows["+ mean RL"][seed] = mean["rl"]
+        if not any(rows.values()):
             print(f"reward {reward}: no finished seed in {args.out}")
             continue
-        print(f"\nreward {reward}, seeds {seeds} (mean ± sd over seeds)\n")
-        print("| model | " + " | ".join(name for name, _ in cols) + " |")
-        print("|---" * (len(cols) + 1) + "|")
+        print(f"\nreward {reward} (mean ± sd over the seeds each model finished)\n")
+        print("| model | seeds | " + " | ".join(name for name, _ in cols) + " |")
+        print("|---" * (len(cols) + 2) + "|")
         for name, per_seed in rows.items():
+            seeds = sorted(per_seed)
+            if not seeds:
+                print(f"| {name} | none | " + " | ".join("-" for _ in cols) + " |")
+                continue
             cells = []
             for _, figure in cols:
                 values = [figure(per_seed[s]) for s in seeds]
                 spread = statistics.stdev(values) if len(values) > 1 else 0.0
                 cells.append(f"{statistics.mean(values):.3f} ± {spread:.3f}")
-            print(f"| {name} | " + " | ".join(cells) + " |")
+            print(f"| {name} | {','.join(map(str, seeds))} | " + " | ".join(cells) + " |")
         best = cols[6]
-        print(f"\n{best[0]} per seed (warm-up / pass@{args.k} / mean):")
-        for s in seeds:
-            print(f"  seed {s}: " + " / ".join(f"{best[1](rows[n][s]):.3f}" for n in rows))
+        print(f"\n{best[0]} per seed (warm-up / pass@{args.k} / mean; - = run did not finish):")
+        for s in args.seeds:
+            cells = [f"{best[1](rows[n][s]):.3f}" if s in rows[n] else "-" for n in rows]
+            print(f"  seed {s}: " + " / ".join(cells))
 
 
 if __name__ == "__main__":
