@@ -23,9 +23,11 @@ use crate::storage::candidate_stats::{SavedCandidates, save_model_candidates_by_
 use crate::storage::clusters::active_cluster_ids;
 use crate::storage::training_runs;
 use crate::training::evaluation::{RunModel, load_run_model};
-use crate::training::rollout::{PromptTokens, Sampling, rollout, tokenize_prompts};
+use crate::training::rollout::{
+    PromptTokens, Sampling, recommendation_grammar, rollout, tokenize_prompts,
+};
 use crate::training::run_dir::{FINAL_ADAPTER_DIR, read_run_data, read_settings};
-use crate::training::{DeviceChoice, TrainSettings};
+use crate::training::{Constrained, DeviceChoice, TrainSettings};
 
 /// The file of a run directory holding its id (`arc-rec train` writes it): the model version.
 const RUN_ID_FILE: &str = "run_id";
@@ -59,6 +61,10 @@ pub struct CandidatesArgs {
     /// Where to run: CUDA (bf16) when available, or the CPU (f32).
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,
+    /// Draw the recommendations under their JSON grammar (every one well-formed), as RL's
+    /// samples were by default.
+    #[arg(long, value_enum, default_value_t = Constrained::On)]
+    pub constrained: Constrained,
 }
 
 /// One organization's figures.
@@ -154,6 +160,7 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         max_new_tokens: args.max_new_tokens.unwrap_or(settings.max_new_tokens),
         temperature: args.temperature.unwrap_or(settings.temperature),
         seed: args.seed,
+        grammar: None,
     };
     println!(
         "generating {} recommendations for each of {} contexts (organization × failure cluster, its typical configuration) of {} in {} organization(s) with model version {} on {}",
@@ -275,9 +282,14 @@ fn generate(
     dataset: &RftDataset,
     contexts: &[ServingContext<'_>],
     run_id: &str,
-    sampling: Sampling,
+    sampling: Sampling<'_>,
 ) -> anyhow::Result<Vec<Harvest>> {
     let policy = load_run_model(RunModel::Rl, settings, &args.run, runtime)?;
+    let grammar = recommendation_grammar(&policy, args.constrained.is_on())?;
+    let sampling = Sampling {
+        grammar: grammar.as_ref(),
+        ..sampling
+    };
     let prompts: Vec<&RftPrompt> = contexts.iter().map(|c| c.prompt).collect();
     let tokens = tokenize_prompts(&policy, dataset, &prompts)?;
     // The format check is the graders' (`Grader::grade` reads a completion with

@@ -1,7 +1,10 @@
 //! `arc-rec eval`: a run's base, warm-up and RL models side by side on the held-out (validation)
 //! prompts of its data: pass@k and maj@k for k = 1..n, format validity, and with the world grader
-//! the true acceptance of the greedy recommendation and of the best of k. Prints a table (or
-//! JSON) and writes `RUN_DIR/eval.json` and `RUN_DIR/eval.png`.
+//! the true acceptance of the greedy recommendation and of the best of k, between the floors and
+//! the ceiling of [`crate::training::baselines`] on the same prompts (logged heuristic, random
+//! pick from the menu, menu oracle) with the share of the gap to the oracle each model closes.
+//! Prints a table (or JSON, with every prompt's figures) and writes `RUN_DIR/eval.json` and
+//! `RUN_DIR/eval.png`.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -13,12 +16,15 @@ use serde::Serialize;
 use crate::export::Split;
 use crate::plot::{Panel, Series, write_png};
 use crate::rft::GraderKind;
-use crate::training::DeviceChoice;
+use crate::training::baselines::{Baselines, WorldTruths, baselines};
 use crate::training::evaluation::{
-    EvalSettings, ModelReport, RunModel, evaluate, load_run_model, run_models,
+    EvalSettings, ModelReport, RunModel, evaluate, fill_gap_closed, gap_k, gap_reference,
+    load_run_model, run_models,
 };
 use crate::training::rollout::tokenize_prompts;
 use crate::training::run_dir::{read_run_data, read_settings, write_atomically};
+use crate::training::{Constrained, DeviceChoice};
+use crate::world::WorldParams;
 
 /// Where `eval` writes its figures inside the run directory.
 pub const EVAL_JSON_FILE: &str = "eval.json";
@@ -53,6 +59,10 @@ pub struct EvalArgs {
     /// Prompts per generation batch (memory against speed).
     #[arg(long, default_value_t = 8)]
     pub batch_prompts: usize,
+    /// Draw every completion (sampled and greedy) under the recommendation's JSON grammar, as
+    /// `train` and `candidates` do by default; `off` measures the model's unconstrained validity.
+    #[arg(long, value_enum, default_value_t = Constrained::On)]
+    pub constrained: Constrained,
     /// Print the figures as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -74,6 +84,9 @@ struct EvalReport {
     temperature: f64,
     seed: u64,
     models: Vec<ModelReport>,
+    /// World grader: the logged heuristic, a random pick from the menu and the menu oracle on
+    /// the same prompts (`null` with the logged grader: it knows no true acceptance).
+    baselines: Option<Baselines>,
 }
 
 /// Runs `arc-rec eval`.
@@ -108,6 +121,20 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     }
     let grader_kind = args.grader.unwrap_or(settings.grader);
     let grader = settings.grader(grader_kind, held_out.iter().copied())?;
+    // Before any model loads, so a world that does not match the data fails fast.
+    let baselines = match grader_kind {
+        GraderKind::World => {
+            let params = WorldParams {
+                seed: settings.world_seed,
+                outcomes: settings.world_outcomes,
+                ..WorldParams::default()
+            };
+            let truths = WorldTruths::new(params, held_out.iter().copied())
+                .context("the evaluation's baselines")?;
+            Some(baselines(&truths, &held_out).context("the evaluation's baselines")?)
+        }
+        GraderKind::Logged => None,
+    };
     let runtime = trainer::device::Runtime::select(args.device.request())?;
     let eval_settings = EvalSettings {
         n: args.n,
@@ -115,6 +142,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         temperature: args.temperature,
         seed: args.seed,
         batch_prompts: args.batch_prompts,
+        constrained: args.constrained.is_on(),
     };
     let mut models = run_models(&settings, &args.run);
     if !args.models.is_empty() {
@@ -185,6 +213,12 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         }
         reports.push(report);
     }
+    let evaluated: Vec<RunModel> = reports.iter().map(|r| r.model).collect();
+    if let (Some(baselines), Some(reference)) =
+        (&baselines, gap_reference(settings.sft_steps, &evaluated))
+    {
+        fill_gap_closed(&mut reports, reference, baselines.menu_oracle);
+    }
     let report = EvalReport {
         run: args.run.clone(),
         data: settings.data.clone(),
@@ -195,6 +229,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         temperature: args.temperature,
         seed: args.seed,
         models: reports,
+        baselines,
     };
     let text = serde_json::to_string_pretty(&report)?;
     let json_path = args.run.join(EVAL_JSON_FILE);
@@ -217,6 +252,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
 fn print_table(report: &EvalReport) {
     let k = report.k;
     let n = report.n;
+    let gap_k = gap_k(n);
     let world = report.grader == GraderKind::World;
     let pass = |values: &[f64], k: usize| values.get(k - 1).copied().unwrap_or(f64::NAN);
     let mut header = format!(
@@ -232,13 +268,21 @@ fn print_table(report: &EvalReport) {
     );
     if world {
         header.push_str(&format!(
-            " {:>10} {:>9} {:>10}",
+            " {:>10} {:>9} {:>10} {:>8} {:>8}",
             "P(acc) top",
             format!("P(acc) b{k}"),
-            "Δ reliab."
+            "Δ reliab.",
+            "gap top",
+            format!("gap b{gap_k}")
         ));
     }
     println!("{header}");
+    let reference = report
+        .models
+        .iter()
+        .find_map(|m| m.gap_closed.as_ref().map(|g| g.reference));
+    let share =
+        |value: Option<f64>| value.map_or("-".to_owned(), |v| format!("{:+.1}%", 100.0 * v));
     for model in &report.models {
         let mut line = format!(
             "{:<8} {:>6.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>8.3} {:>8.3}",
@@ -252,17 +296,46 @@ fn print_table(report: &EvalReport) {
             model.greedy.accepted,
         );
         if world {
+            let (gap_top, gap_best) = match &model.gap_closed {
+                Some(gap) => (share(gap.greedy), share(gap.best_of)),
+                None if reference == Some(model.model) => ("ref".to_owned(), "ref".to_owned()),
+                None => ("-".to_owned(), "-".to_owned()),
+            };
             line.push_str(&format!(
-                " {:>10.3} {:>9.3} {:>+10.4}",
+                " {:>10.3} {:>9.3} {:>+10.4} {:>8} {:>8}",
                 model.greedy.acceptance_probability.unwrap_or(f64::NAN),
                 model
                     .best_of
                     .as_deref()
                     .map_or(f64::NAN, |best| pass(best, k)),
                 model.reliability_gain.unwrap_or(f64::NAN),
+                gap_top,
+                gap_best,
             ));
         }
         println!("{line}");
+    }
+    if let Some(baselines) = &report.baselines {
+        let dash = "-";
+        let rows = [
+            ("logged", baselines.logged_heuristic, None),
+            ("random", Some(baselines.random_from_menu), None),
+            (
+                "oracle",
+                Some(baselines.menu_oracle),
+                Some(baselines.menu_oracle),
+            ),
+        ];
+        for (name, one_pick, best_of) in rows {
+            let figure = |value: Option<f64>, width: usize| {
+                value.map_or(format!("{dash:>width$}"), |v| format!("{v:>width$.3}"))
+            };
+            println!(
+                "{name:<8} {dash:>6} {dash:>7} {dash:>7} {dash:>7} {dash:>7} {dash:>8} {dash:>8} {} {} {dash:>10} {dash:>8} {dash:>8}",
+                figure(one_pick, 10),
+                figure(best_of, 9),
+            );
+        }
     }
     println!(
         "valid: well-formed samples; pass@k / maj@k: accepted; greedy✓ / greedy ok: the temperature-0 answer well formed / accepted{}",
@@ -272,6 +345,20 @@ fn print_table(report: &EvalReport) {
             ""
         }
     );
+    if let Some(baselines) = &report.baselines {
+        println!(
+            "menu: the world's candidate fixes for each prompt's context plus its logged diffs ({:.1} distinct answers on average); \
+             logged: the platform's proposals there, weighted by how often each was proposed; random: a uniform pick from the menu; \
+             oracle: the menu's best",
+            baselines.mean_menu_size
+        );
+        if let Some(reference) = reference {
+            println!(
+                "gap top / gap b{gap_k}: the share of the gap from the {} model to the oracle closed, by the greedy answer / the best of {gap_k} samples",
+                reference.label()
+            );
+        }
+    }
 }
 
 fn panels(report: &EvalReport) -> Vec<Panel> {
@@ -305,11 +392,26 @@ fn panels(report: &EvalReport) -> Vec<Panel> {
         panel("maj@k (held out)", "accepted", &|m| Some(m.maj_at.clone())),
     ];
     if report.grader == GraderKind::World {
-        panels.push(panel(
-            "True acceptance of the best of k",
-            "probability",
-            &|m| m.best_of.clone(),
-        ));
+        let mut best_of = panel("True acceptance of the best of k", "probability", &|m| {
+            m.best_of.clone()
+        });
+        // The floors and the ceiling, one pick each: flat across k.
+        if let Some(baselines) = &report.baselines {
+            let flat = |name: &str, value: f64| Series {
+                name: name.to_owned(),
+                points: vec![(1.0, value), (report.n.max(1) as f64, value)],
+            };
+            best_of
+                .series
+                .push(flat("menu oracle", baselines.menu_oracle));
+            if let Some(logged) = baselines.logged_heuristic {
+                best_of.series.push(flat("logged heuristic", logged));
+            }
+            best_of
+                .series
+                .push(flat("random from menu", baselines.random_from_menu));
+        }
+        panels.push(best_of);
     }
     panels
 }

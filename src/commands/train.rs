@@ -17,7 +17,7 @@ use crate::cli::DatabaseArgs;
 use crate::rft::{GraderKind, RftDataset, WorldReward};
 use crate::storage::training_runs::{self, RunStatus};
 use crate::training::{
-    DeviceChoice, FaultHooks, LrSchedule, MetricsLine, Observer, RunDir, StepMetrics,
+    Constrained, DeviceChoice, FaultHooks, LrSchedule, MetricsLine, Observer, RunDir, StepMetrics,
     TrainSettings, WarmupMode, read_metrics,
 };
 
@@ -122,25 +122,58 @@ pub struct TrainArgs {
     /// Most tokens per sampled completion.
     #[arg(long, default_value_t = 96)]
     pub max_new_tokens: usize,
-    /// Sampling temperature of the RL samples.
+    /// Sampling temperature of the RL samples (their log-probs, the loss's and the reference's
+    /// are all taken at it).
     #[arg(long, default_value_t = 1.0)]
     pub temperature: f64,
+    /// Draw RL's samples under the recommendation's JSON grammar (llguidance over the model's
+    /// tokenizer): every sample is well-formed, and the loss scores the masked distribution
+    /// the samples came from.
+    #[arg(long, value_enum, default_value_t = Constrained::On)]
+    pub constrained: Constrained,
     /// PPO clipping ε against the sampling policy.
     #[arg(long, default_value_t = 0.2)]
     pub clip_epsilon: f64,
+    /// The upper side's clipping ε (clip-higher, DAPO's 0.28): lets rare tokens with a positive
+    /// advantage grow further than common ones may shrink. Default: --clip-epsilon.
+    #[arg(long)]
+    pub clip_epsilon_high: Option<f64>,
     /// Plain policy gradient without the clipped surrogate.
     #[arg(long)]
     pub no_clip: bool,
-    /// β of the k3 KL penalty to the warm-up model (RL's adapters off).
+    /// Policy-update passes over each rollout batch (μ). Above 1 (or with --minibatches above 1)
+    /// the policy moves away from the one that sampled and the clip bounds each step.
+    #[arg(long, default_value_t = 1)]
+    pub update_epochs: usize,
+    /// Minibatches of whole groups per pass, one optimizer step each (≤ --prompts-per-step).
+    #[arg(long, default_value_t = 1)]
+    pub minibatches: usize,
+    /// β of the k3 KL penalty to the warm-up model (RL's adapters off); with --kl-target, its
+    /// starting value.
     #[arg(long, default_value_t = 0.0)]
     pub kl_coef: f64,
+    /// Adapt β towards this KL per token (Ziegler et al.'s controller); needs --kl-coef > 0.
+    #[arg(long)]
+    pub kl_target: Option<f64>,
+    /// The KL controller's horizon in samples: β moves by at most ±20 % × samples / horizon a step.
+    #[arg(long, default_value_t = crate::training::settings::DEFAULT_KL_HORIZON)]
+    pub kl_horizon: u64,
+    /// Dynamic sampling (DAPO): draw more rounds of --prompts-per-step prompts until that many
+    /// groups carry signal (not all advantages zero), at most --max-sampling-rounds rounds.
+    #[arg(long)]
+    pub dynamic_sampling: bool,
+    #[arg(long, default_value_t = 3)]
+    pub max_sampling_rounds: usize,
     /// Keep groups whose advantages are all zero in the update (they add nothing but cost).
     #[arg(long)]
     pub keep_zero_advantage_groups: bool,
     /// Checkpoint every this many steps (and at the end of each phase).
     #[arg(long, default_value_t = 10)]
     pub checkpoint_every: u64,
-    /// KL per token to the base model above which a step counts as a blow-up and rolls back.
+    /// Moving average (weight 0.2 on the newest step) of the KL per token to the warm-up model
+    /// above which the run counts as diverged and rolls back: to the last checkpoint, with the
+    /// learning rate halved, the KL coefficient doubled (at least 0.02) and the retried steps
+    /// drawing other prompts and samples.
     #[arg(long, default_value_t = 2.0)]
     pub max_kl: f64,
     /// Rollbacks before the run gives up.
@@ -188,7 +221,15 @@ impl TrainArgs {
             lora_dropout: self.lora_dropout,
             max_new_tokens: self.max_new_tokens,
             temperature: self.temperature,
+            constrained: self.constrained,
             clip_epsilon: (!self.no_clip).then_some(self.clip_epsilon),
+            clip_epsilon_high: self.clip_epsilon_high,
+            update_epochs: self.update_epochs,
+            minibatches: self.minibatches,
+            kl_target: self.kl_target,
+            kl_horizon: self.kl_horizon,
+            dynamic_sampling: self.dynamic_sampling,
+            max_sampling_rounds: self.max_sampling_rounds,
             kl_coef: self.kl_coef,
             skip_zero_advantage_groups: !self.keep_zero_advantage_groups,
             checkpoint_every: self.checkpoint_every,

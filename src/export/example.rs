@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::rewards::{Decision, Reward, RewardInputs, reward};
-use crate::domain::agent_config::validate_diff;
+use crate::domain::agent_config::{canonical_json, validate_diff};
 use crate::domain::{FieldErrors, RecommendationType, apply_merge_patch};
 use crate::storage::export_rows::ExportRow;
 
@@ -115,14 +115,18 @@ pub struct ObservedOutcome {
 }
 
 impl Recommendation {
-    /// The recommendation as the model should write it: one compact JSON object.
+    /// The recommendation as the model should write it: one compact JSON object, its keys in
+    /// the order the generation grammar fixes (`type`, `diff`, `rationale`; the diff's keys
+    /// sorted), written out explicitly so the text does not depend on where the diff came from
+    /// (JSONB's key order, or a builder's) or on serde_json's `preserve_order` feature (which
+    /// llguidance turns on in builds with the model).
     pub fn completion_text(&self) -> String {
-        json!({
-            "type": self.kind,
-            "diff": self.diff,
-            "rationale": self.rationale,
-        })
-        .to_string()
+        format!(
+            "{{\"type\":{},\"diff\":{},\"rationale\":{}}}",
+            canonical_json(&json!(self.kind)),
+            canonical_json(&self.diff),
+            canonical_json(&Value::from(self.rationale.as_str())),
+        )
     }
 }
 
@@ -131,7 +135,12 @@ impl PromptContext {
     pub fn user_turn(&self) -> String {
         let mut text = String::with_capacity(1024);
         text.push_str(&self.failure_summary);
-        let _ = write!(text, "\nCurrent configuration: {}", self.current_config);
+        // Sorted keys: the same prompt whatever order the configuration's keys came in.
+        let _ = write!(
+            text,
+            "\nCurrent configuration: {}",
+            canonical_json(&self.current_config)
+        );
         if let Some(object) = self.user_context.as_object().filter(|o| !o.is_empty()) {
             let role = object
                 .get("user_role")

@@ -14,9 +14,12 @@ pub struct ParsedRecommendation {
     /// The diff as written.
     pub diff: Value,
     pub rationale: String,
-    /// The canonical answer: the minimal merge patch from the current configuration to the
-    /// patched one, as compact JSON with sorted keys and integral numbers written as integers.
-    /// Two diffs with the same effect have the same canonical answer.
+    /// The minimal merge patch from the current configuration to the patched one: what the diff
+    /// actually changes (keys restating the current value dropped). Graders judge this, so two
+    /// diffs with the same effect get the same judgement.
+    pub patch: Value,
+    /// [`Self::patch`] as compact JSON with sorted keys and integral numbers written as integers:
+    /// the canonical answer for matching and majority voting.
     pub canonical: String,
 }
 
@@ -110,6 +113,7 @@ pub fn parse_recommendation(
         diff,
         rationale,
         canonical: canonical_json(&minimal),
+        patch: minimal,
     })
 }
 

@@ -8,7 +8,9 @@
 //! - [`Grader::World`]: the synthetic world's hidden truth: the configuration owner accepts with
 //!   the world's acceptance probability (drawn per verdict from a seeded stream, so equal answers
 //!   in one group get one verdict), and the verdict carries that probability and the diff's
-//!   true reliability gain, which is how evaluation measures real quality. With
+//!   true reliability gain, which is how evaluation measures real quality. The world judges the
+//!   completion's minimal patch (what it actually changes), the same thing the verdict's draw is
+//!   keyed by, so two completions with one canonical answer always get one probability. With
 //!   [`WorldReward::Expected`] the reward is the verdict's expectation instead of its draw,
 //!   `p·(+1) + (1 − p)·(−1)`: the same objective in expectation with none of the draw's noise, for
 //!   measuring how much of RL's difficulty is that noise (the `accepted` flag, and so every
@@ -195,9 +197,10 @@ impl Grader {
                         &truth.user,
                         &truth.hidden,
                         &prompt.current_config,
-                        &parsed.diff,
+                        &parsed.patch,
                     );
-                    let effect = ground.effect(&truth.hidden, &prompt.current_config, &parsed.diff);
+                    let effect =
+                        ground.effect(&truth.hidden, &prompt.current_config, &parsed.patch);
                     let u: f64 = verdict_rng(draw, &prompt.id, &parsed.canonical).random();
                     (
                         u < probability,
@@ -377,5 +380,54 @@ mod tests {
             err.contains("not-a-config") && err.contains("--world-seed"),
             "{err}"
         );
+    }
+
+    /// A diff that restates a current value has the same effect, canonical answer, probability
+    /// and reward as the minimal one: the world judges what a completion changes, not how it is
+    /// written (graded on the raw diff, 499 of 627 padded completions moved p, and `--objective
+    /// majority` failed on answers that were equal but rewarded differently).
+    #[test]
+    fn world_grader_judges_the_minimal_patch() {
+        let params = WorldParams {
+            seed: 3,
+            outcomes: 400,
+            ..WorldParams::default()
+        };
+        let world = World::new(params.clone()).unwrap();
+        let grader_prompts: Vec<RftPrompt> = world
+            .config_truths()
+            .take(20)
+            .map(|truth| prompt(&truth.config_id, truth.initial_config.clone()))
+            .collect();
+        let grader = Grader::world(params, &grader_prompts, WorldReward::Expected, false).unwrap();
+        let mut compared = 0;
+        for p in &grader_prompts {
+            let current = &p.current_config;
+            let minimal = json!({"temperature": 0.05});
+            let mut padded = minimal.clone();
+            for key in ["model", "retry", "tools", "max_tokens", "timeout_s"] {
+                if let Some(value) = current.get(key) {
+                    padded[key] = value.clone();
+                }
+            }
+            let completion = |diff: &Value| {
+                json!({"type": "temperature", "diff": diff, "rationale": "Cooler."}).to_string()
+            };
+            let plain = grader.grade(p, &completion(&minimal), 11);
+            let restated = grader.grade(p, &completion(&padded), 11);
+            if !plain.format_valid {
+                continue;
+            }
+            compared += 1;
+            assert_eq!(plain.answer, restated.answer);
+            assert_eq!(
+                plain.acceptance_probability, restated.acceptance_probability,
+                "{padded}"
+            );
+            assert_eq!(plain.reliability_gain, restated.reliability_gain);
+            assert_eq!(plain.reward, restated.reward);
+            assert_eq!(plain.accepted, restated.accepted);
+        }
+        assert!(compared >= 10, "only {compared} prompts compared");
     }
 }

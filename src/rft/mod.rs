@@ -9,6 +9,7 @@ pub mod completion;
 pub mod dataset;
 pub mod grader;
 pub mod model_candidates;
+pub mod schema;
 
 pub use completion::{FormatError, ParsedRecommendation, canonical_answer, parse_recommendation};
 pub use dataset::{DatasetError, LoggedVerdicts, RftDataset, RftPrompt};

@@ -6,8 +6,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde_json::Value;
-
 use super::completion::parse_recommendation;
 use super::dataset::{RftDataset, RftPrompt};
 use crate::candidates::finalize;
@@ -134,7 +132,7 @@ pub fn harvest(prompt: &RftPrompt, completions: &[String], model_version_id: &st
             }
         };
         harvest.valid += 1;
-        let diff: Value = serde_json::from_str(&parsed.canonical).unwrap_or(parsed.diff);
+        let diff = parsed.patch;
         drafts.push(Candidate {
             candidate_id: Candidate::id_for(parsed.kind, &diff),
             recommendation_type: parsed.kind,
@@ -188,7 +186,7 @@ pub fn merge_clusters(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::domain::RecommendationType;

@@ -1,7 +1,9 @@
 //! Held-out evaluation of a run's models (`arc-rec eval`): n samples and one greedy completion
 //! per validation prompt, graded; unbiased pass@k and maj@k for every k ≤ n, format validity and,
 //! with the world grader, the true acceptance probability of the greedy recommendation and of the
-//! best of k samples, and the true reliability gain.
+//! best of k samples, and the true reliability gain; each prompt's figures too, so runs can be
+//! compared prompt by prompt (paired), and with [`super::baselines`] the share of the gap to the
+//! menu oracle a model closes.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -17,6 +19,7 @@ use trainer::chat_policy::ChatPolicy;
 use trainer::device::Runtime;
 use trainer::peft::load_adapter;
 
+use super::baselines::gap_closed;
 use super::rollout::{PromptTokens, Sampling, rollout};
 use super::run_dir::{FINAL_ADAPTER_DIR, WARMUP_MODEL_DIR};
 use super::session::{derive_seed, lora_config, rl_base};
@@ -83,6 +86,64 @@ pub fn load_run_model(
     Ok(policy)
 }
 
+/// The k of the gap-closed figure's best of k: 4, or n when fewer samples are drawn.
+pub fn gap_k(n: usize) -> usize {
+    n.min(4)
+}
+
+/// The model the gap to the oracle is measured from, among those evaluated: the warm-up model,
+/// or the base of a run that did no warm-up of its own (an RL run started from another run's
+/// warm-up model has that model as its base). `sft_steps` is the run's. `None` when it was not
+/// evaluated.
+pub fn gap_reference(sft_steps: u64, evaluated: &[RunModel]) -> Option<RunModel> {
+    if evaluated.contains(&RunModel::Warmup) {
+        Some(RunModel::Warmup)
+    } else if sft_steps == 0 && evaluated.contains(&RunModel::Base) {
+        Some(RunModel::Base)
+    } else {
+        None
+    }
+}
+
+/// Fills in [`ModelReport::gap_closed`] of every report but `reference`'s, from the mean menu
+/// oracle of the same prompts; does nothing when `reference` is not among `reports` or the
+/// reports have no true acceptance (logged grader).
+pub fn fill_gap_closed(reports: &mut [ModelReport], reference: RunModel, menu_oracle: f64) {
+    let Some(base) = reports.iter().find(|r| r.model == reference) else {
+        return;
+    };
+    let best_of = |report: &ModelReport, k: usize| {
+        report
+            .best_of
+            .as_deref()
+            .and_then(|values| values.get(k.checked_sub(1)?).copied())
+    };
+    let figures: Vec<(Option<f64>, Option<f64>)> = reports
+        .iter()
+        .map(|r| {
+            let k = gap_k(r.pass_at.len());
+            (best_of(r, k), r.greedy.acceptance_probability)
+        })
+        .collect();
+    let k = gap_k(base.pass_at.len());
+    let (base_best, base_greedy) = (best_of(base, k), base.greedy.acceptance_probability);
+    if base_best.is_none() && base_greedy.is_none() {
+        return;
+    }
+    for (report, (best, greedy)) in reports.iter_mut().zip(figures) {
+        if report.model == reference {
+            continue;
+        }
+        let gap = |model: Option<f64>, start: Option<f64>| gap_closed(model?, start?, menu_oracle);
+        report.gap_closed = Some(GapClosed {
+            reference,
+            k,
+            best_of: gap(best, base_best),
+            greedy: gap(greedy, base_greedy),
+        });
+    }
+}
+
 /// How the evaluation samples.
 #[derive(Debug, Clone, Copy)]
 pub struct EvalSettings {
@@ -93,6 +154,8 @@ pub struct EvalSettings {
     pub seed: u64,
     /// Prompts per generation batch.
     pub batch_prompts: usize,
+    /// Draw every completion under the recommendation grammar.
+    pub constrained: bool,
 }
 
 /// One model's figures on the held-out prompts.
@@ -117,6 +180,51 @@ pub struct ModelReport {
     /// Tokens generated.
     pub new_tokens: u64,
     pub seconds: f64,
+    /// Each prompt's figures, in the order of the prompts evaluated (the same for every model,
+    /// so two models' lists pair up).
+    #[serde(default)]
+    pub per_prompt: Vec<PromptFigures>,
+    /// World grader, with the model RL started from also evaluated: the share of the gap from that
+    /// model to the menu oracle this one closes (filled in by the command; `None` for the
+    /// reference itself).
+    #[serde(default)]
+    pub gap_closed: Option<GapClosed>,
+}
+
+/// One held-out prompt's figures for one model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptFigures {
+    /// The prompt's id (`RftPrompt::id`).
+    pub id: String,
+    /// Share of its n samples that are well formed.
+    pub format_validity: f64,
+    /// `pass_at[k − 1]`: unbiased pass@k of its n samples, k = 1..n.
+    pub pass_at: Vec<f64>,
+    /// World grader: `best_of[k − 1]`, the expected true acceptance of the best of k of its
+    /// samples, k = 1..n.
+    pub best_of: Option<Vec<f64>>,
+    /// Whether its greedy completion is well formed.
+    pub greedy_format_valid: bool,
+    /// Whether its greedy completion was accepted.
+    pub greedy_accepted: bool,
+    /// World grader: the greedy completion's true acceptance probability (0 when malformed).
+    pub greedy_acceptance_probability: Option<f64>,
+}
+
+/// How much of the gap from the model RL started from to the menu oracle a model closes:
+/// (model − reference) / (oracle − reference), of mean true acceptance over the prompts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GapClosed {
+    /// The reference: the warm-up model, or the base of a run without a warm-up of its own
+    /// (whose base is the model RL started from).
+    pub reference: RunModel,
+    /// The k of [`Self::best_of`]: 4, or n when n < 4.
+    pub k: usize,
+    /// Of the expected true acceptance of the best of k samples; `None` when the reference
+    /// already reaches the oracle.
+    pub best_of: Option<f64>,
+    /// Of the greedy completion's true acceptance probability.
+    pub greedy: Option<f64>,
 }
 
 /// Figures of the greedy (temperature 0) recommendation, the model's top answer.
@@ -143,7 +251,9 @@ pub fn evaluate(
     let started = Instant::now();
     let n = settings.n;
     let world = grader.kind() == crate::rft::GraderKind::World;
+    let grammar = super::rollout::recommendation_grammar(policy, settings.constrained)?;
     let mut sums = Sums::new(n);
+    let mut per_prompt = Vec::with_capacity(prompts.len());
     let mut done = 0;
     for batch in prompts.chunks(settings.batch_prompts.max(1)) {
         let picks: Vec<&PromptTokens<'_>> = batch.iter().collect();
@@ -155,6 +265,7 @@ pub fn evaluate(
                 max_new_tokens: settings.max_new_tokens,
                 temperature: settings.temperature,
                 seed: settings.seed,
+                grammar: grammar.as_ref(),
             },
             grader,
             settings.seed,
@@ -167,6 +278,7 @@ pub fn evaluate(
                 max_new_tokens: settings.max_new_tokens,
                 temperature: 0.0,
                 seed: settings.seed,
+                grammar: grammar.as_ref(),
             },
             grader,
             settings.seed,
@@ -184,23 +296,46 @@ pub fn evaluate(
                 .iter()
                 .map(|s| s.verdict.acceptance_probability.unwrap_or(0.0))
                 .collect();
+            let mut figures = PromptFigures {
+                id: batch[index].prompt.id.clone(),
+                format_validity: 0.0,
+                pass_at: Vec::with_capacity(n),
+                best_of: world.then(|| Vec::with_capacity(n)),
+                greedy_format_valid: false,
+                greedy_accepted: false,
+                greedy_acceptance_probability: world.then_some(0.0),
+            };
             for k in 1..=n {
-                sums.pass_at[k - 1] += estimate::pass_at_k(n, correct, k)?;
+                let pass = estimate::pass_at_k(n, correct, k)?;
+                let best = estimate::expected_best_of_k(&probabilities, k)?;
+                sums.pass_at[k - 1] += pass;
                 sums.maj_at[k - 1] +=
                     estimate::majority_at_k(&accepted, &group.answers, &priority, k)?;
-                sums.best_of[k - 1] += estimate::expected_best_of_k(&probabilities, k)?;
+                sums.best_of[k - 1] += best;
+                figures.pass_at.push(pass);
+                if let Some(best_of) = &mut figures.best_of {
+                    best_of.push(best);
+                }
             }
+            let mut valid = 0.0;
             for sample in &group.samples {
-                sums.valid += f64::from(u8::from(sample.verdict.format_valid));
+                valid += f64::from(u8::from(sample.verdict.format_valid));
                 sums.reliability_gain += sample.verdict.reliability_gain.unwrap_or(0.0);
             }
+            sums.valid += valid;
+            figures.format_validity = valid / group.samples.len().max(1) as f64;
             if let Some(top) = top.samples.first() {
                 let verdict = &top.verdict;
+                let probability = verdict.acceptance_probability.unwrap_or(0.0);
                 sums.greedy_valid += f64::from(u8::from(verdict.format_valid));
                 sums.greedy_accepted += f64::from(u8::from(verdict.accepted));
-                sums.greedy_probability += verdict.acceptance_probability.unwrap_or(0.0);
+                sums.greedy_probability += probability;
                 sums.greedy_gain += verdict.reliability_gain.unwrap_or(0.0);
+                figures.greedy_format_valid = verdict.format_valid;
+                figures.greedy_accepted = verdict.accepted;
+                figures.greedy_acceptance_probability = world.then_some(probability);
             }
+            per_prompt.push(figures);
         }
         done += batch.len();
         progress(done);
@@ -225,6 +360,8 @@ pub fn evaluate(
         reliability_gain: world.then(|| sums.reliability_gain / samples),
         new_tokens: sums.new_tokens,
         seconds: started.elapsed().as_secs_f64(),
+        per_prompt,
+        gap_closed: None,
     })
 }
 
@@ -256,5 +393,102 @@ impl Sums {
             greedy_gain: 0.0,
             new_tokens: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(model: RunModel, best_of: Option<Vec<f64>>, greedy: Option<f64>) -> ModelReport {
+        let n = best_of.as_ref().map_or(2, Vec::len);
+        ModelReport {
+            model,
+            path: PathBuf::from("m"),
+            prompts: 1,
+            format_validity: 1.0,
+            pass_at: vec![0.5; n],
+            maj_at: vec![0.5; n],
+            greedy: GreedyFigures {
+                format_validity: 1.0,
+                accepted: 1.0,
+                acceptance_probability: greedy,
+                reliability_gain: greedy.map(|_| 0.0),
+            },
+            reliability_gain: greedy.map(|_| 0.0),
+            best_of,
+            new_tokens: 0,
+            seconds: 0.0,
+            per_prompt: Vec::new(),
+            gap_closed: None,
+        }
+    }
+
+    #[test]
+    fn the_gap_is_measured_from_the_model_rl_started_from() {
+        use RunModel::{Base, Rl, Warmup};
+        assert_eq!(gap_reference(300, &[Base, Warmup, Rl]), Some(Warmup));
+        assert_eq!(gap_reference(300, &[Warmup, Rl]), Some(Warmup));
+        assert_eq!(gap_reference(0, &[Base, Rl]), Some(Base));
+        assert_eq!(gap_reference(300, &[Base, Rl]), None);
+        assert_eq!(gap_reference(0, &[Rl]), None);
+    }
+
+    #[test]
+    fn gap_closed_uses_best_of_four_and_the_greedy_answer() {
+        let mut reports = vec![
+            report(
+                RunModel::Base,
+                Some(vec![0.1, 0.1, 0.1, 0.2, 0.2]),
+                Some(0.1),
+            ),
+            report(
+                RunModel::Warmup,
+                Some(vec![0.3, 0.35, 0.38, 0.4, 0.41]),
+                Some(0.3),
+            ),
+            report(
+                RunModel::Rl,
+                Some(vec![0.5, 0.55, 0.58, 0.6, 0.61]),
+                Some(0.45),
+            ),
+        ];
+        fill_gap_closed(&mut reports, RunModel::Warmup, 0.8);
+        assert_eq!(
+            reports[1].gap_closed, None,
+            "the reference has no gap figure"
+        );
+        let rl = reports[2].gap_closed.clone().unwrap();
+        assert_eq!((rl.reference, rl.k), (RunModel::Warmup, 4));
+        // Best of 4: (0.6 − 0.4) / (0.8 − 0.4); greedy: (0.45 − 0.3) / (0.8 − 0.3).
+        assert!((rl.best_of.unwrap() - 0.5).abs() < 1e-12);
+        assert!((rl.greedy.unwrap() - 0.3).abs() < 1e-12);
+        let base = reports[0].gap_closed.clone().unwrap();
+        assert!(
+            (base.best_of.unwrap() + 0.5).abs() < 1e-12,
+            "worse than warm-up"
+        );
+
+        // n < 4: the best of n.
+        let mut small = vec![
+            report(RunModel::Warmup, Some(vec![0.3, 0.4]), Some(0.3)),
+            report(RunModel::Rl, Some(vec![0.5, 0.6]), Some(0.3)),
+        ];
+        fill_gap_closed(&mut small, RunModel::Warmup, 0.8);
+        let rl = small[1].gap_closed.clone().unwrap();
+        assert_eq!(rl.k, 2);
+        assert!((rl.best_of.unwrap() - 0.5).abs() < 1e-12);
+        assert_eq!(rl.greedy, Some(0.0));
+
+        // No true acceptance (logged grader), or no reference evaluated: nothing filled in.
+        let mut logged = vec![
+            report(RunModel::Warmup, None, None),
+            report(RunModel::Rl, None, None),
+        ];
+        fill_gap_closed(&mut logged, RunModel::Warmup, 0.8);
+        assert!(logged.iter().all(|r| r.gap_closed.is_none()));
+        let mut alone = vec![report(RunModel::Rl, Some(vec![0.5; 4]), Some(0.5))];
+        fill_gap_closed(&mut alone, RunModel::Warmup, 0.8);
+        assert_eq!(alone[0].gap_closed, None);
     }
 }

@@ -17,8 +17,8 @@ pub enum Phase {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum MetricsLine {
     Step(StepMetrics),
-    /// A NaN loss or a KL blow-up: the run went back to `to_step`'s checkpoint and lowered the
-    /// learning rate.
+    /// A NaN loss or a KL blow-up: the run went back to `to_step`'s checkpoint, lowered the
+    /// learning rate, raised the KL coefficient and salted its random streams.
     Rollback(Rollback),
 }
 
@@ -32,6 +32,12 @@ pub struct Rollback {
     pub reason: String,
     /// The factor on every learning rate from now on.
     pub lr_scale: f64,
+    /// The salt the retried steps draw with (absent in older runs: none).
+    #[serde(default)]
+    pub salt: u32,
+    /// The KL coefficient the retry starts with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kl_coef: Option<f64>,
 }
 
 /// What one step did. RL-only fields are absent on warm-up steps.
@@ -82,6 +88,22 @@ pub struct RlMetrics {
     /// The world grader's mean true acceptance probability of the samples.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acceptance_probability: Option<f64>,
+    /// Prompts drawn this step (more than `--prompts-per-step` with dynamic sampling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts_drawn: Option<usize>,
+    /// The KL coefficient β the update used (adaptive with `--kl-target`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kl_coef: Option<f64>,
+    /// The guard's moving average of `kl`, this step included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kl_average: Option<f64>,
+    /// The largest |log ratio| of a token at the update's first minibatch, where the policy is
+    /// still the one that sampled: rounding-sized unless sampling and training disagree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_abs_log_ratio: Option<f64>,
+    /// Optimizer steps the update took (epochs × minibatches; 0 without a group to train on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer_steps: Option<usize>,
 }
 
 /// The step lines of a run's metrics, in order (rollback lines left out).

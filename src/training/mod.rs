@@ -4,24 +4,35 @@
 //! - [`settings`]: the resolved run configuration (`RUN_DIR/config.json`) and its schedule.
 //! - [`run_dir`]: the run directory, atomic checkpoints and `metrics.jsonl` truncation on resume.
 //! - [`metrics`]: the lines of `metrics.jsonl`.
-//! - [`session`]: the loop (warm-up, RL steps, checkpoints, rollback).
-//! - [`rollout`]: n sampled completions of each prompt, graded (RL's batches and eval's).
+//! - [`session`]: the loop (warm-up, RL steps, checkpoints, rollback), stringing together:
+//! - [`warmup`]: the supervised warm-up step;
+//! - [`rollout`]: n sampled completions of each prompt, graded (RL's batches, with advantages and
+//!   dynamic sampling, and eval's);
+//! - [`update`]: the clipped policy update, epochs × minibatches over a rollout batch;
+//! - [`guard`]: the adaptive KL coefficient, the divergence guard and what a rollback changes;
+//! - [`seeds`]: the random streams (seed, step, salt) and the data orders.
 //! - [`curves`]: the PNG of a run's main curves.
 //! - [`evaluation`]: a run's base, warm-up and RL models on the held-out prompts.
+//! - [`baselines`]: eval's floors and ceiling (logged heuristic, random pick, menu oracle).
 //!
 //! Data and grading come from [`crate::rft`], advantages from `objectives`, the model, sampling,
 //! loss and optimizer from `trainer`. Nothing here touches the database: the command records
 //! runs in `training_runs` / `model_versions`.
 
+pub mod baselines;
 pub mod curves;
 pub mod evaluation;
+pub mod guard;
 pub mod metrics;
 pub mod rollout;
 pub mod run_dir;
+pub mod seeds;
 pub mod session;
 pub mod settings;
+pub mod update;
+pub mod warmup;
 
 pub use metrics::{MetricsLine, Phase, RlMetrics, Rollback, StepMetrics};
 pub use run_dir::{CheckpointState, RunDir, read_metrics};
 pub use session::{FaultHooks, Observer, TrainOutcome, train};
-pub use settings::{DeviceChoice, LrSchedule, TrainSettings, WarmupMode};
+pub use settings::{Constrained, DeviceChoice, LrSchedule, TrainSettings, WarmupMode};

@@ -1,13 +1,23 @@
 //! Rollouts: n sampled completions of each prompt from a policy, each decoded and graded. The RL
-//! step learns from them; `arc-rec eval` measures with them.
+//! step learns from them ([`collect_rl_batch`]: sampling, grading, advantages and dynamic
+//! sampling); `arc-rec eval` measures with them ([`rollout`]).
 
 use std::collections::{BTreeSet, HashMap};
 
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
+use objectives::{Estimator, Group, carries_signal, estimate};
 use trainer::chat_policy::ChatPolicy;
 use trainer::generate::{GenerationRequest, generate};
+use trainer::grammar::{Grammar, TokenSet};
 
+use super::metrics::RlMetrics;
+use super::seeds::{EpochOrder, StepSeeds, Stream};
+use super::settings::TrainSettings;
 use crate::export::example::SYSTEM_PROMPT;
-use crate::rft::{Grader, RftDataset, RftPrompt, Verdict};
+use crate::rft::{Grader, GraderKind, RftDataset, RftPrompt, Verdict};
 
 /// A prompt with its tokens.
 #[derive(Debug)]
@@ -45,7 +55,7 @@ pub fn tokenize_prompts<'a>(
 
 /// How completions are drawn.
 #[derive(Debug, Clone, Copy)]
-pub struct Sampling {
+pub struct Sampling<'g> {
     /// Completions per prompt.
     pub n: usize,
     pub max_new_tokens: usize,
@@ -53,15 +63,27 @@ pub struct Sampling {
     pub temperature: f64,
     /// Seeds the draws (with each prompt's key).
     pub seed: u64,
+    /// The recommendation grammar every completion is constrained to (`--constrained on`).
+    pub grammar: Option<&'g Grammar>,
 }
 
 /// One graded completion.
 #[derive(Debug)]
 pub struct GradedSample {
     pub tokens: Vec<i64>,
-    /// Policy log-probs of `tokens` (temperature 1), for the RL loss's ratio and the entropy.
+    /// Log-probs of `tokens` under the distribution they were drawn from: the policy at the
+    /// sampling temperature, which the RL loss scores at too (its "old" log-probs); 0 for greedy.
     pub logprobs: Vec<f32>,
+    /// Constrained samples: the set each token was drawn from (empty otherwise).
+    pub allowed: Vec<TokenSet>,
     pub verdict: Verdict,
+}
+
+impl GradedSample {
+    /// Whether the sample was drawn under the grammar.
+    pub fn constrained(&self) -> bool {
+        !self.allowed.is_empty()
+    }
 }
 
 /// The n graded completions of one prompt.
@@ -106,7 +128,7 @@ pub struct Rollout {
 pub fn rollout(
     policy: &ChatPolicy,
     prompts: &[&PromptTokens<'_>],
-    sampling: Sampling,
+    sampling: Sampling<'_>,
     grader: &Grader,
     verdict_key: u64,
 ) -> anyhow::Result<Rollout> {
@@ -119,6 +141,7 @@ pub fn rollout(
     request.pad_token_id = policy.pad_id;
     request.seed = sampling.seed;
     request.prompt_keys = Some(prompts.iter().map(|p| p.key).collect());
+    request.grammar = sampling.grammar;
     let generation = generate(&policy.model, &request)?;
     let mut samples = generation.samples.into_iter();
     let groups = prompts
@@ -141,7 +164,8 @@ pub fn rollout(
                     });
                     GradedSample {
                         tokens: sample.tokens,
-                        logprobs: sample.logprobs,
+                        logprobs: sample.sampling_logprobs,
+                        allowed: sample.allowed,
                         verdict,
                     }
                 })
@@ -156,4 +180,205 @@ pub fn rollout(
         groups,
         new_tokens: generation.counters.new_tokens,
     })
+}
+
+/// One RL step's rollouts: every group drawn (for the batch's figures) and the ones the update
+/// trains on, with their advantages.
+#[derive(Debug)]
+pub struct RlBatch<'p> {
+    /// Every prompt drawn this step, in draw order, with its graded group.
+    pub drawn: Vec<(&'p PromptTokens<'p>, GradedGroup)>,
+    /// Indices into `drawn` of the groups the update trains on.
+    pub kept: Vec<usize>,
+    /// Per drawn group, its samples' advantages.
+    pub advantages: Vec<Vec<f64>>,
+    /// Sampling rounds of `prompts_per_step` prompts it took (1 without dynamic sampling).
+    pub rounds: usize,
+    /// Figures over every drawn group.
+    pub figures: BatchFigures,
+    /// Tokens generated in all.
+    pub new_tokens: u64,
+}
+
+/// What an RL step's rollouts read.
+#[derive(Debug)]
+pub struct RlRolloutContext<'a, 'p> {
+    pub settings: &'a TrainSettings,
+    pub estimator: Estimator,
+    pub grader: &'a Grader,
+    pub prompts: &'p [PromptTokens<'p>],
+    /// The grammar samples are drawn under (`--constrained on`), over the RL policy's tokenizer.
+    pub grammar: Option<&'a Grammar>,
+}
+
+/// Draws the step's prompts from `order` at `cursor` (advanced past every prompt drawn), samples
+/// and grades n completions of each and computes their advantages. With dynamic sampling (DAPO)
+/// it keeps drawing rounds of `prompts_per_step` prompts until that many groups carry signal (not
+/// every advantage zero) or `max_sampling_rounds` rounds are spent, and trains on the first
+/// `prompts_per_step` such groups; without it one round, whose zero-signal groups are left out
+/// when `skip_zero_advantage_groups` says so.
+pub fn collect_rl_batch<'p>(
+    policy: &ChatPolicy,
+    context: &RlRolloutContext<'_, 'p>,
+    order: &mut EpochOrder,
+    cursor: &mut u64,
+    seeds: StepSeeds,
+) -> anyhow::Result<RlBatch<'p>> {
+    let settings = context.settings;
+    let (n, k, per_round) = (settings.n, settings.k, settings.prompts_per_step);
+    let rounds_allowed = if settings.dynamic_sampling {
+        settings.max_sampling_rounds
+    } else {
+        1
+    };
+    let mut batch = RlBatch {
+        drawn: Vec::new(),
+        kept: Vec::new(),
+        advantages: Vec::new(),
+        rounds: 0,
+        figures: BatchFigures::default(),
+        new_tokens: 0,
+    };
+    while batch.rounds < rounds_allowed && batch.kept.len() < per_round {
+        let round = batch.rounds as u64;
+        // Round 0 keeps the seeds runs had before dynamic sampling existed.
+        let extra: &[u64] = if round == 0 { &[] } else { &[round] };
+        let picks: Vec<&'p PromptTokens<'p>> = (0..per_round)
+            .map(|j| &context.prompts[order.at(*cursor + j as u64)])
+            .collect();
+        *cursor += per_round as u64;
+        let sampling = Sampling {
+            n,
+            max_new_tokens: settings.max_new_tokens,
+            temperature: settings.temperature,
+            seed: seeds.of(Stream::Sampling, extra),
+            grammar: context.grammar,
+        };
+        let verdict_key = seeds.of(Stream::Verdicts, extra);
+        let rollout = rollout(policy, &picks, sampling, context.grader, verdict_key)?;
+        batch.new_tokens += rollout.new_tokens;
+        for (pick, group) in picks.into_iter().zip(rollout.groups) {
+            let index = batch.drawn.len();
+            let mut rng = ChaCha8Rng::seed_from_u64(seeds.of(Stream::TieBreak, &[index as u64]));
+            let advantages = context
+                .estimator
+                .advantages(
+                    Group {
+                        rewards: &group.rewards(),
+                        answers: &group.answers,
+                    },
+                    &mut rng,
+                )
+                .map_err(anyhow::Error::from)?;
+            let signal = carries_signal(&advantages);
+            batch.figures.add_group(&group, signal, n, k, &mut rng)?;
+            let wanted = if settings.dynamic_sampling || settings.skip_zero_advantage_groups {
+                signal
+            } else {
+                true
+            };
+            if wanted && batch.kept.len() < per_round {
+                batch.kept.push(index);
+            }
+            batch.advantages.push(advantages);
+            batch.drawn.push((pick, group));
+        }
+        batch.rounds += 1;
+    }
+    Ok(batch)
+}
+
+/// Sums over an RL step's drawn groups.
+#[derive(Debug, Default)]
+pub struct BatchFigures {
+    groups: usize,
+    samples: usize,
+    signal_groups: usize,
+    reward_sum: f64,
+    reward_sq_sum: f64,
+    accepted: f64,
+    valid: f64,
+    acceptance_probability: f64,
+    tokens: usize,
+    longest: usize,
+    negative_logprob_sum: f64,
+    pass_at_k: f64,
+    maj_at_k: f64,
+}
+
+impl BatchFigures {
+    fn add_group(
+        &mut self,
+        group: &GradedGroup,
+        signal: bool,
+        n: usize,
+        k: usize,
+        rng: &mut ChaCha8Rng,
+    ) -> anyhow::Result<()> {
+        for sample in &group.samples {
+            let verdict = &sample.verdict;
+            self.samples += 1;
+            self.reward_sum += verdict.reward;
+            self.reward_sq_sum += verdict.reward * verdict.reward;
+            self.accepted += f64::from(u8::from(verdict.accepted));
+            self.valid += f64::from(u8::from(verdict.format_valid));
+            self.acceptance_probability += verdict.acceptance_probability.unwrap_or(0.0);
+            self.tokens += sample.tokens.len();
+            self.longest = self.longest.max(sample.tokens.len());
+            self.negative_logprob_sum -= sample.logprobs.iter().map(|&l| f64::from(l)).sum::<f64>();
+        }
+        self.groups += 1;
+        self.signal_groups += usize::from(signal);
+        let accepted = group.accepted();
+        let correct = accepted.iter().filter(|&&a| a > 0.0).count();
+        self.pass_at_k += estimate::pass_at_k(n, correct, k)?;
+        let mut priority: Vec<usize> = (0..group.answer_classes()).collect();
+        priority.shuffle(rng);
+        self.maj_at_k += estimate::majority_at_k(&accepted, &group.answers, &priority, k)?;
+        Ok(())
+    }
+
+    /// The step's RL figures; `kl`, `clip_fraction` and the draw counts come from elsewhere.
+    pub fn metrics(&self, grader: GraderKind, kl: f64, clip_fraction: f64) -> RlMetrics {
+        let groups = self.groups.max(1) as f64;
+        let samples = self.samples.max(1) as f64;
+        let reward_mean = self.reward_sum / samples;
+        RlMetrics {
+            reward_mean,
+            reward_std: (self.reward_sq_sum / samples - reward_mean * reward_mean)
+                .max(0.0)
+                .sqrt(),
+            pass_at_1: self.accepted / samples,
+            pass_at_k: self.pass_at_k / groups,
+            maj_at_k: self.maj_at_k / groups,
+            nonzero_advantage_fraction: self.signal_groups as f64 / groups,
+            kl,
+            entropy: self.negative_logprob_sum / (self.tokens as f64).max(1.0),
+            clip_fraction,
+            format_validity: self.valid / samples,
+            completion_tokens_mean: self.tokens as f64 / samples,
+            completion_tokens_max: self.longest,
+            acceptance_probability: (grader == GraderKind::World)
+                .then(|| self.acceptance_probability / samples),
+            prompts_drawn: Some(self.groups),
+            kl_coef: None,
+            kl_average: None,
+            max_abs_log_ratio: None,
+            optimizer_steps: None,
+        }
+    }
+}
+
+/// The recommendation grammar over `policy`'s tokenizer, when `constrained`.
+pub fn recommendation_grammar(
+    policy: &ChatPolicy,
+    constrained: bool,
+) -> anyhow::Result<Option<Grammar>> {
+    if !constrained {
+        return Ok(None);
+    }
+    let grammar = policy
+        .grammar(&crate::rft::schema::recommendation_schema())
+        .map_err(|e| anyhow::anyhow!("--constrained on: {e}"))?;
+    Ok(Some(grammar))
 }

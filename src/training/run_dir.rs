@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
+use super::guard::GuardState;
 use super::metrics::MetricsLine;
 use super::settings::TrainSettings;
 use crate::rft::RftDataset;
@@ -48,6 +49,17 @@ pub struct CheckpointState {
     pub rollbacks: u32,
     /// Lines of `metrics.jsonl` that belong to the steps before `step`.
     pub metrics_lines: u64,
+    /// Salt of the random streams (bumped by each rollback; absent in older runs: 0).
+    #[serde(default)]
+    pub salt: u32,
+    /// The KL controller's and the divergence guard's state (absent before the RL phase and in
+    /// older runs: the configured β, no average yet).
+    #[serde(default)]
+    pub guard: Option<GuardState>,
+    /// Position in the RL prompt order of the next prompt to draw (absent in older runs: the
+    /// fixed `prompts_per_step` a step they drew).
+    #[serde(default)]
+    pub prompt_cursor: Option<u64>,
 }
 
 impl CheckpointState {
@@ -58,6 +70,9 @@ impl CheckpointState {
             lr_scale: 1.0,
             rollbacks: 0,
             metrics_lines: 0,
+            salt: 0,
+            guard: None,
+            prompt_cursor: None,
         }
     }
 }
@@ -393,6 +408,8 @@ mod tests {
             to_step: 0,
             reason: "test".into(),
             lr_scale: 0.5,
+            salt: 1,
+            kl_coef: Some(0.02),
         })
     }
 

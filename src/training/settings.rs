@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use objectives::{Estimator, Objective};
 use serde::{Deserialize, Serialize};
 
+use super::guard::KlControl;
 use crate::rft::{Grader, GraderError, GraderKind, RftPrompt, WorldReward};
 use crate::world::WorldParams;
 
@@ -75,6 +76,27 @@ impl WarmupMode {
     }
 }
 
+/// `--constrained`: whether completions are drawn under the recommendation grammar (the JSON
+/// schema of `crate::rft::schema`, compiled over the model's tokenizer by llguidance), so every
+/// sample is well-formed JSON of the right shape and RL's reward is about its content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Constrained {
+    On,
+    Off,
+}
+
+impl Constrained {
+    /// Runs made before the option existed sampled freely.
+    fn off() -> Self {
+        Constrained::Off
+    }
+
+    pub fn is_on(self) -> bool {
+        self == Constrained::On
+    }
+}
+
 /// Everything a run needs besides its data and model files' contents.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -126,22 +148,68 @@ pub struct TrainSettings {
     pub lora_dropout: f64,
     pub max_new_tokens: usize,
     pub temperature: f64,
+    /// Draw RL's samples under the recommendation grammar (absent in older runs: off).
+    #[serde(default = "Constrained::off")]
+    pub constrained: Constrained,
     /// PPO clipping ε; `None` is the plain policy gradient.
     pub clip_epsilon: Option<f64>,
     /// β of the k3 KL penalty to the adapters-off reference (0 skips the reference pass).
     pub kl_coef: f64,
+    /// The upper clip ε (clip-higher); `None` is `clip_epsilon`.
+    #[serde(default)]
+    pub clip_epsilon_high: Option<f64>,
+    /// Policy-update passes over each rollout batch (μ; older runs: 1).
+    #[serde(default = "one")]
+    pub update_epochs: usize,
+    /// Minibatches (of whole groups) per pass, one optimizer step each (older runs: 1).
+    #[serde(default = "one")]
+    pub minibatches: usize,
+    /// Target per-token KL of the adaptive KL controller; `None` keeps β fixed.
+    #[serde(default)]
+    pub kl_target: Option<f64>,
+    /// The adaptive controller's horizon in samples.
+    #[serde(default = "default_kl_horizon")]
+    pub kl_horizon: u64,
+    /// Draw more prompts until the step has `prompts_per_step` groups that carry signal (DAPO's
+    /// dynamic sampling), at most `max_sampling_rounds` rounds of `prompts_per_step` prompts.
+    #[serde(default)]
+    pub dynamic_sampling: bool,
+    #[serde(default = "one")]
+    pub max_sampling_rounds: usize,
     /// Leave groups whose advantages are all zero out of the update.
     pub skip_zero_advantage_groups: bool,
     /// Checkpoint every this many steps (and at the end of each phase).
     pub checkpoint_every: u64,
-    /// A KL per token above this after a step counts as a blow-up and rolls back.
+    /// A moving average of the KL per token above this counts as a blow-up and rolls back.
     pub max_kl: f64,
     /// Rollbacks allowed before the run gives up.
     pub max_rollbacks: u32,
     pub device: DeviceChoice,
 }
 
+fn one() -> usize {
+    1
+}
+
+/// `--kl-horizon`'s default: β can move by up to ±2 % a step at 32 samples.
+pub const DEFAULT_KL_HORIZON: u64 = 320;
+
+fn default_kl_horizon() -> u64 {
+    DEFAULT_KL_HORIZON
+}
+
 impl TrainSettings {
+    /// How the KL coefficient evolves.
+    pub fn kl_control(&self) -> KlControl {
+        match self.kl_target {
+            Some(target) => KlControl::Adaptive {
+                target,
+                horizon_samples: self.kl_horizon as f64,
+            },
+            None => KlControl::Fixed,
+        }
+    }
+
     /// The advantage estimator, checked against n.
     pub fn estimator(&self) -> Result<Estimator, String> {
         let estimator = Estimator::new(self.objective, self.k).map_err(|e| format!("--k: {e}"))?;
@@ -155,7 +223,42 @@ impl TrainSettings {
     pub fn validate(&self) -> Result<(), String> {
         self.estimator()?;
         let positive = |value: f64| value.is_finite() && value > 0.0;
-        let checks: [(bool, String); 15] = [
+        let checks: [(bool, String); 21] = [
+            (
+                self.update_epochs >= 1,
+                "--update-epochs must be at least 1".into(),
+            ),
+            (
+                (1..=self.prompts_per_step.max(1)).contains(&self.minibatches),
+                format!(
+                    "--minibatches must be between 1 and --prompts-per-step ({}), got {}",
+                    self.prompts_per_step, self.minibatches
+                ),
+            ),
+            (
+                self.clip_epsilon_high
+                    .is_none_or(|e| e.is_finite() && e > 0.0 && self.clip_epsilon.is_some()),
+                format!(
+                    "--clip-epsilon-high must be positive and needs the clip (not --no-clip), got {:?}",
+                    self.clip_epsilon_high
+                ),
+            ),
+            (
+                self.kl_target
+                    .is_none_or(|t| positive(t) && positive(self.kl_coef)),
+                format!(
+                    "--kl-target must be positive and needs a positive --kl-coef to adapt, got {:?} and {}",
+                    self.kl_target, self.kl_coef
+                ),
+            ),
+            (
+                self.kl_horizon >= 1,
+                "--kl-horizon must be at least 1 sample".into(),
+            ),
+            (
+                self.max_sampling_rounds >= 1,
+                "--max-sampling-rounds must be at least 1".into(),
+            ),
             (
                 self.prompts_per_step >= 1,
                 "--prompts-per-step must be at least 1".into(),
@@ -328,7 +431,15 @@ pub(crate) mod tests {
             lora_dropout: 0.0,
             max_new_tokens: 64,
             temperature: 1.0,
+            constrained: Constrained::On,
             clip_epsilon: Some(0.2),
+            clip_epsilon_high: None,
+            update_epochs: 1,
+            minibatches: 1,
+            kl_target: None,
+            kl_horizon: DEFAULT_KL_HORIZON,
+            dynamic_sampling: false,
+            max_sampling_rounds: 1,
             kl_coef: 0.0,
             skip_zero_advantage_groups: true,
             checkpoint_every: 5,
@@ -342,9 +453,12 @@ pub(crate) mod tests {
     fn validation_names_the_flag() {
         assert!(sample().validate().is_ok());
         type Change = fn(&mut TrainSettings);
-        let cases: [(Change, &str); 4] = [
+        let cases: [(Change, &str); 7] = [
             (|s| s.k = 1, "--k"),
             (|s| s.n = 2, "--n"),
+            (|s| s.minibatches = 5, "--minibatches"),
+            (|s| s.kl_target = Some(0.05), "--kl-target"),
+            (|s| s.update_epochs = 0, "--update-epochs"),
             (|s| s.temperature = 0.0, "--temperature"),
             (|s| s.lora_dropout = 1.0, "--lora-dropout"),
         ];

@@ -55,6 +55,10 @@ fn train_command(fixture: &Fixture, out: &Path) -> assert_cmd::Command {
         .args(["--k", "2", "--n", "4", "--prompts-per-step", "2"])
         .args(["--max-new-tokens", "24", "--checkpoint-every", "2"])
         .args(["--lr-warmup-steps", "1", "--device", "cpu", "--seed", "7"])
+        // Sampling below temperature 1 with adapter dropout configured, two passes of two
+        // minibatches: the update must still score the samples as they were drawn.
+        .args(["--temperature", "0.7", "--lora-dropout", "0.1"])
+        .args(["--update-epochs", "2", "--minibatches", "2"])
         // A random-initialised model never writes a valid recommendation, so every reward is −1
         // and every advantage 0: keeping those groups with a KL penalty still gives the RL steps
         // a gradient, so they exercise the optimizer, its saved state and the rollback.
@@ -96,6 +100,16 @@ async fn killed_runs_resume_to_the_same_metrics_as_an_uninterrupted_run() {
         .filter(|line| matches!(line, MetricsLine::Step(step) if step.updated && step.rl.is_some()))
         .count();
     assert!(updates > 0, "no RL step updated the policy: {expected:?}");
+    for line in &expected {
+        if let MetricsLine::Step(step) = line
+            && let Some(rl) = &step.rl
+            && step.updated
+        {
+            assert_eq!(rl.optimizer_steps, Some(4), "{line:?}");
+            let deviation = rl.max_abs_log_ratio.unwrap();
+            assert!(deviation < 1e-3, "first-minibatch |log ratio| {deviation}");
+        }
+    }
 
     // SIGKILL in the middle of writing step 4's checkpoint, the first of RL (the warm-up model is
     // written, RL's adapters too, their optimizer state not): the resume redoes warm-up steps 2
@@ -205,6 +219,23 @@ async fn a_nan_loss_rolls_back_with_a_lower_learning_rate_and_the_run_is_recorde
         settings.learning_rate_at(7) * 0.5
     );
     assert_eq!(before.unwrap().learning_rate, settings.learning_rate_at(5));
+    assert_eq!(rollbacks[0].salt, 1);
+    assert!(rollbacks[0].kl_coef.unwrap() >= 0.2, "{:?}", rollbacks[0]);
+    let retried = redone.unwrap().rl.as_ref().unwrap();
+    assert!(retried.kl_coef.unwrap() >= 0.2, "β raised for the retry");
+
+    // A rollback, then a SIGKILL while checkpointing the step after it: the resumed run continues
+    // with the rollback's salt, learning rate and β, exactly as the uninterrupted run did.
+    let killed = root.path().join("rollback-then-kill");
+    let output = train_command(fixture, &killed)
+        .arg("--no-record")
+        .env("ARC_REC_TEST_NAN_LOSS_AT", "7")
+        .env("ARC_REC_TEST_KILL_IN_CHECKPOINT", "8")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.signal(), Some(9), "{output:?}");
+    run(&mut resume_command(fixture, &killed));
+    assert_eq!(timeless(&killed), timeless(&out));
 
     let run_id = std::fs::read_to_string(out.join("run_id")).unwrap();
     let runs: Vec<(String, String)> = sqlx::query_as(

@@ -272,6 +272,7 @@ pub fn rl_step_throughput(
                 input_ids,
                 attention_mask: None,
                 completion_mask: completion_mask.shallow_clone(),
+                allowed: None,
             };
             let stats = trainer.step(model, &batch, |logprobs, mask| {
                 policy_gradient_loss(logprobs, mask, &advantages)
@@ -484,6 +485,7 @@ pub fn train_step_throughput_with(
         input_ids,
         attention_mask: None,
         completion_mask,
+        allowed: None,
     };
     let config = TrainerConfig {
         learning_rate: 1e-4,

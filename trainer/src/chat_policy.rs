@@ -8,6 +8,7 @@ use tch::{Kind, Tensor};
 
 use crate::chat_template::{ChatMessage, ChatTemplate, ChatTemplateError};
 use crate::device::Runtime;
+use crate::grammar::{Grammar, GrammarError, TokenSet};
 use crate::model::{CausalLm, LoadReport, ModelError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use crate::train_step::{TrainBatch, TrainError};
@@ -21,6 +22,9 @@ pub enum ChatPolicyError {
     Tokenizer(#[from] TokenizerError),
     #[error(transparent)]
     Template(#[from] ChatTemplateError),
+    /// The constraint cannot be compiled over this checkpoint's tokenizer.
+    #[error("constrained generation: {0}")]
+    Grammar(#[from] GrammarError),
     /// The checkpoint lacks something chat generation needs.
     #[error("{dir}: {problem}")]
     Incomplete { dir: String, problem: String },
@@ -102,6 +106,23 @@ impl ChatPolicy {
         Ok(ids)
     }
 
+    /// `schema` compiled over this checkpoint's tokenizer, ending at its stop ids, for
+    /// constrained generation ([`crate::generate::GenerationRequest::grammar`]).
+    pub fn grammar(&self, schema: &serde_json::Value) -> Result<Grammar, ChatPolicyError> {
+        let json = self
+            .tokenizer
+            .inner()
+            .to_string(false)
+            .map_err(|e| ChatPolicyError::Grammar(GrammarError::Tokenizer(e.to_string())))?;
+        let vocab_size = usize::try_from(self.model.config().vocab_size).unwrap_or(0);
+        Ok(Grammar::from_json_schema(
+            json.as_bytes(),
+            schema,
+            &self.stop_ids,
+            vocab_size,
+        )?)
+    }
+
     /// A completion's text without special tokens.
     pub fn decode(&self, ids: &[i64]) -> String {
         let ids: Vec<u32> = ids
@@ -128,6 +149,8 @@ pub struct Sequence<'a> {
     pub prompt: &'a [i64],
     pub completion: &'a [i64],
     pub sampling_logprobs: Option<&'a [f32]>,
+    /// For a grammar-constrained sample, the set each completion token was drawn from.
+    pub allowed: Option<&'a [TokenSet]>,
 }
 
 /// Sequences packed for [`crate::train_step::Trainer::step`].
@@ -160,6 +183,13 @@ pub fn pack(
         ));
     }
     let rows = sequences.len();
+    let constrained = sequences.iter().filter(|s| s.allowed.is_some()).count();
+    if constrained != 0 && constrained != rows {
+        return Err(TrainError::Batch(format!(
+            "{constrained} of {rows} sequences carry allowed token sets: all or none must"
+        )));
+    }
+    let mut allowed = Vec::with_capacity(if constrained == 0 { 0 } else { rows });
     let mut ids = vec![pad_id; rows * width];
     let mut attention = vec![0i64; rows * width];
     let mut completion = vec![0i64; rows * width];
@@ -194,6 +224,16 @@ pub fn pack(
                 logprobs[row * (width - 1) + prompt_len + index - 1] = value;
             }
         }
+        if let Some(sets) = sequence.allowed {
+            if sets.len() != sequence.completion.len() {
+                return Err(TrainError::Batch(format!(
+                    "sequence {row}: {} allowed token sets for {} completion tokens",
+                    sets.len(),
+                    sequence.completion.len()
+                )));
+            }
+            allowed.push(sets.to_vec());
+        }
     }
     let shape = [rows as i64, width as i64];
     let tensor = |values: &[i64]| -> Result<Tensor, TrainError> {
@@ -206,6 +246,7 @@ pub fn pack(
             input_ids: tensor(&ids)?,
             attention_mask: Some(tensor(&attention)?),
             completion_mask: tensor(&completion)?,
+            allowed: (constrained != 0).then_some(allowed),
         },
         sampling_logprobs: Tensor::from_slice(&logprobs)
             .f_reshape([rows as i64, width as i64 - 1])?
@@ -226,11 +267,13 @@ mod tests {
                     prompt: &[5, 6],
                     completion: &[7, 8],
                     sampling_logprobs: Some(&[-0.5, -0.25]),
+                    allowed: None,
                 },
                 Sequence {
                     prompt: &[9],
                     completion: &[10],
                     sampling_logprobs: Some(&[-1.0]),
+                    allowed: None,
                 },
             ],
             0,
@@ -257,6 +300,7 @@ mod tests {
                 prompt: &[1],
                 completion: &[2, 3],
                 sampling_logprobs: Some(&[-1.0]),
+                allowed: None,
             }],
             0,
             tch::Device::Cpu,

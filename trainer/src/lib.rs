@@ -3,11 +3,14 @@
 //! - [`device`]: the device and dtype, chosen once (bf16 on CUDA, f32 on CPU).
 //! - [`model`]: the Qwen2/Llama decoder read from Hugging Face checkpoints, LoRA-capable linear
 //!   layers and the KV cache.
-//! - [`generate`]: k samples per prompt over one prefill, with the sampled tokens' log-probs.
+//! - [`generate`]: k samples per prompt over one prefill, with the sampled tokens' log-probs,
+//!   optionally constrained by a [`grammar`].
+//! - [`grammar`]: a JSON Schema compiled by llguidance into per-token masks over the checkpoint's
+//!   tokenizer.
 //! - [`logprobs`], [`train_step`], [`adamw`]: chunked token log-probs and the LoRA AdamW step,
 //!   with optimizer state that checkpoints and resumes exactly.
 //! - [`rl_loss`]: the policy-gradient loss over sampled completions (per-sequence aggregation,
-//!   optional PPO clipping and k3 KL to the adapters-off reference).
+//!   PPO clipping with clip-higher and k3 KL to the adapters-off reference).
 //! - [`peft`]: adapters in PEFT's on-disk format, merging them into the base weights.
 //! - [`chat_policy`]: a chat checkpoint (model, tokenizer, template) as the RL loop uses it, and
 //!   packing prompt + completion sequences into a batch.
@@ -29,6 +32,7 @@ pub mod chat_template;
 pub mod device;
 pub mod generate;
 pub mod generation_config;
+pub mod grammar;
 pub mod logprobs;
 pub mod model;
 pub mod peft;

@@ -11,10 +11,17 @@
 //!   `log p(input_ids[:, j + 1] | input_ids[:, ..= j])` where token `j + 1` is scored and 0 elsewhere.
 //!
 //! Only scored positions go through the LM head, so prompts cost no logits at all.
+//!
+//! `temperature` is the policy's: a sample drawn at temperature T came from softmax(logits / T),
+//! so the RL loss's ratio, its "old" log-probs and the KL reference must all score at that T, or
+//! the gradient is off-policy by the temperature alone. 1.0 is the model's own distribution (the
+//! supervised warm-up, and the same floating-point operations as before temperatures existed).
 
 use tch::{Device, Kind, Tensor};
 
+use crate::grammar::{TokenSet, stack_token_sets};
 use crate::model::{CausalLm, ModelError};
+use crate::train_step::TrainBatch;
 
 /// Scored tokens per LM-head chunk: one chunk's f32 logits are `chunk × vocab × 4` bytes
 /// (0.6 GB for Qwen2.5's 152k vocabulary), small next to a 7B model's activations.
@@ -92,6 +99,33 @@ impl ScoredTokens {
         self.flat_index.size()[0]
     }
 
+    /// The rows' allowed sets ([`TrainBatch::allowed`]) flattened in scored order (row by row,
+    /// each row's scored tokens in order), checked to be one per scored token.
+    pub fn allowed<'s>(
+        &self,
+        rows: Option<&'s [Vec<TokenSet>]>,
+    ) -> Result<Option<Vec<&'s TokenSet>>, ModelError> {
+        let Some(rows) = rows else {
+            return Ok(None);
+        };
+        if rows.len() as i64 != self.batch {
+            return Err(ModelError::Input(format!(
+                "allowed token sets for {} rows, the batch has {}",
+                rows.len(),
+                self.batch
+            )));
+        }
+        let flat: Vec<&TokenSet> = rows.iter().flatten().collect();
+        if flat.len() as i64 != self.count() {
+            return Err(ModelError::Input(format!(
+                "{} allowed token sets for {} scored tokens",
+                flat.len(),
+                self.count()
+            )));
+        }
+        Ok(Some(flat))
+    }
+
     /// The hidden states `[n, hidden]` that predict the scored tokens, from `[b, t, hidden]`.
     pub fn select_rows(&self, hidden: &Tensor) -> Result<Tensor, ModelError> {
         let width = hidden.size().last().copied().unwrap_or(0);
@@ -111,21 +145,35 @@ impl ScoredTokens {
     }
 }
 
-/// `log p(target)` `[n]` f32 for hidden rows `[n, hidden]`: the LM head runs on `chunk_tokens` rows
-/// at a time and each chunk's log-softmax is taken in f32, so the largest temporary is one chunk's
-/// `[chunk, vocab]` f32 logits. Differentiable with respect to `rows` when autograd is on.
+/// `log p(target)` `[n]` f32 for hidden rows `[n, hidden]` at `temperature`, over the tokens of
+/// `allowed` (one set per row) when given: the LM head runs on `chunk_tokens` rows at a time and
+/// each chunk's log-softmax is taken in f32, so the largest temporary is one chunk's
+/// `[chunk, vocab]` f32 logits. Differentiable with respect to `rows` when autograd is on. The
+/// logits are masked, then upcast, then divided, as the sampler does, so a sampled token scores
+/// here what the sampler drew it with.
 pub fn head_logprobs(
     model: &CausalLm,
     rows: &Tensor,
     targets: &Tensor,
     chunk_tokens: i64,
+    temperature: f64,
+    allowed: Option<&[&TokenSet]>,
 ) -> Result<Tensor, ModelError> {
     if chunk_tokens <= 0 {
         return Err(ModelError::Input(format!(
             "chunk_tokens must be positive, got {chunk_tokens}"
         )));
     }
+    check_temperature(temperature)?;
     let count = rows.size()[0];
+    if let Some(allowed) = allowed
+        && allowed.len() as i64 != count
+    {
+        return Err(ModelError::Input(format!(
+            "{} allowed token sets for {count} rows",
+            allowed.len()
+        )));
+    }
     let targets = targets.f_to_device(rows.device())?;
     if count == 0 {
         return Ok(Tensor::f_zeros([0], (Kind::Float, rows.device()))?);
@@ -134,13 +182,36 @@ pub fn head_logprobs(
     let mut start = 0;
     while start < count {
         let len = chunk_tokens.min(count - start);
-        let logits = model.lm_head(&rows.f_narrow(0, start, len)?);
-        let log_probs = logits.f_log_softmax(-1, Kind::Float)?;
+        let mut logits = model.lm_head(&rows.f_narrow(0, start, len)?);
+        if let Some(allowed) = allowed {
+            let chunk = &allowed[start as usize..(start + len) as usize];
+            let mask = stack_token_sets(chunk, logits.device())?;
+            logits = logits.f_masked_fill(&mask.f_logical_not()?, f64::NEG_INFINITY)?;
+        }
+        let log_probs = if temperature == 1.0 {
+            logits.f_log_softmax(-1, Kind::Float)?
+        } else {
+            logits
+                .f_to_kind(Kind::Float)?
+                .f_div_scalar(temperature)?
+                .f_log_softmax(-1, Kind::Float)?
+        };
         let chosen = targets.f_narrow(0, start, len)?.f_unsqueeze(1)?;
         pieces.push(log_probs.f_gather(1, &chosen, false)?.f_squeeze_dim(1)?);
         start += len;
     }
     Ok(Tensor::f_cat(&pieces, 0)?)
+}
+
+/// A temperature the log-probs can be taken at: positive and finite.
+pub fn check_temperature(temperature: f64) -> Result<(), ModelError> {
+    if temperature.is_finite() && temperature > 0.0 {
+        Ok(())
+    } else {
+        Err(ModelError::Input(format!(
+            "log-probs need a positive, finite temperature, got {temperature}"
+        )))
+    }
 }
 
 /// Log-probs `[b, t - 1]` under the model as it is (adapters as switched), with autograd: gradients
@@ -179,52 +250,61 @@ pub fn sequence_logprobs_chunked(
         attention_mask,
         completion_mask,
         chunk_tokens,
+        1.0,
+        None,
         true,
     )
 }
 
-/// Log-probs `[b, t - 1]` without autograd and with adapter dropout off, adapters as switched:
-/// the behaviour policy's log-probs of sampled completions (e.g. PPO's "old" log-probs).
+/// Log-probs `[b, t - 1]` of `batch` at `temperature` (over its allowed sets when it has them),
+/// without autograd and with adapter dropout off, adapters as switched: the behaviour policy's
+/// log-probs of sampled completions (e.g. PPO's "old" log-probs).
 pub fn score_logprobs(
     model: &CausalLm,
-    input_ids: &Tensor,
-    attention_mask: Option<&Tensor>,
-    completion_mask: &Tensor,
+    batch: &TrainBatch,
+    temperature: f64,
 ) -> Result<Tensor, ModelError> {
     tch::no_grad(|| {
         logprobs_with(
             model,
-            input_ids,
-            attention_mask,
-            completion_mask,
+            &batch.input_ids,
+            batch.attention_mask.as_ref(),
+            &batch.completion_mask,
             DEFAULT_CHUNK_TOKENS,
+            temperature,
+            batch.allowed.as_deref(),
             false,
         )
     })
 }
 
-/// Log-probs `[b, t - 1]` under the frozen base model (the RL reference policy): adapters are
-/// switched off for this call only (restored even on error), no autograd.
+/// [`score_logprobs`] under the frozen base model (the RL reference policy): adapters are
+/// switched off for this call only (restored even on error).
 pub fn reference_logprobs(
     model: &CausalLm,
-    input_ids: &Tensor,
-    attention_mask: Option<&Tensor>,
-    completion_mask: &Tensor,
+    batch: &TrainBatch,
+    temperature: f64,
 ) -> Result<Tensor, ModelError> {
     let switch = model.adapters();
     let was_enabled = switch.enabled();
     switch.set_enabled(false);
-    let result = score_logprobs(model, input_ids, attention_mask, completion_mask);
+    let result = score_logprobs(model, batch, temperature);
     switch.set_enabled(was_enabled);
     result
 }
 
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the batch's pieces, as the public functions take them"
+)]
 fn logprobs_with(
     model: &CausalLm,
     input_ids: &Tensor,
     attention_mask: Option<&Tensor>,
     completion_mask: &Tensor,
     chunk_tokens: i64,
+    temperature: f64,
+    allowed: Option<&[Vec<TokenSet>]>,
     train: bool,
 ) -> Result<Tensor, ModelError> {
     let scored = ScoredTokens::new(
@@ -233,8 +313,16 @@ fn logprobs_with(
         completion_mask,
         model.runtime().device,
     )?;
+    let allowed = scored.allowed(allowed)?;
     let hidden = model.hidden_states(input_ids, attention_mask, None, train)?;
     let rows = scored.select_rows(&hidden)?;
-    let values = head_logprobs(model, &rows, &scored.targets, chunk_tokens)?;
+    let values = head_logprobs(
+        model,
+        &rows,
+        &scored.targets,
+        chunk_tokens,
+        temperature,
+        allowed.as_deref(),
+    )?;
     scored.scatter(&values)
 }

@@ -4,7 +4,7 @@
 //! With one advantage A_i per completion (from the `objectives` crate) the loss is
 //!
 //! ```text
-//! L = −(1/P) Σ_i Σ_t∈y_i min(ρ_t A_i, clip(ρ_t, 1−ε, 1+ε) A_i)  +  β (1/P) Σ_i Σ_t k3_t
+//! L = −(1/P) Σ_i Σ_t∈y_i min(ρ_t A_i, clip(ρ_t, 1−ε_low, 1+ε_high) A_i)  +  β (1/P) Σ_i Σ_t k3_t
 //! ρ_t = exp(log π(t) − log π_sample(t)),  k3_t = exp(log π_ref(t) − log π(t)) − (log π_ref(t) − log π(t)) − 1
 //! ```
 //!
@@ -16,6 +16,10 @@
 //! there for comparison. Without clipping (ε = None) the surrogate is ρ_t A_i, whose gradient is
 //! the same at ρ = 1. The KL term uses Schulman's k3 estimator against the reference policy (the
 //! same model with its adapters off), summed per sequence like the policy term.
+//!
+//! The clip binds only once the policy has moved away from the one that sampled, i.e. from the
+//! second minibatch or epoch over a rollout batch on; ε_high > ε_low is DAPO's clip-higher (a
+//! rare token with a positive advantage may grow further than a common one may shrink).
 
 use tch::{Kind, Tensor};
 
@@ -35,8 +39,11 @@ pub enum Aggregation {
 /// The loss's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct PolicyLossConfig {
-    /// PPO clipping ε of the ratio to the sampling policy; `None` for the plain policy gradient.
+    /// PPO clipping ε of the ratio to the sampling policy (its lower side, 1 − ε); `None` for the
+    /// plain policy gradient.
     pub clip_epsilon: Option<f64>,
+    /// The upper side's ε (1 + ε_high); `None` is `clip_epsilon` (symmetric).
+    pub clip_epsilon_high: Option<f64>,
     /// β of the k3 KL penalty to the reference policy (0 disables it).
     pub kl_coef: f64,
     pub aggregation: Aggregation,
@@ -67,6 +74,10 @@ pub struct PolicyLossStats {
     pub clip_fraction: f64,
     /// −mean log π of the scored tokens: a sample estimate of the per-token entropy.
     pub entropy: f64,
+    /// The largest |log ρ_t| over the scored tokens: 0 up to rounding when the policy scored
+    /// here is the one that sampled (the first minibatch of a batch), which checks that sampling
+    /// and training use one distribution (temperature, dropout, masks).
+    pub max_abs_log_ratio: f64,
     /// Scored tokens.
     pub tokens: f64,
 }
@@ -124,7 +135,8 @@ pub fn policy_loss(
     let unclipped = ratio.f_mul(&advantages)?;
     let (surrogate, clipped_tokens) = match config.clip_epsilon {
         Some(eps) => {
-            let clipped = ratio.f_clamp(1.0 - eps, 1.0 + eps)?.f_mul(&advantages)?;
+            let high = config.clip_epsilon_high.unwrap_or(eps);
+            let clipped = ratio.f_clamp(1.0 - eps, 1.0 + high)?.f_mul(&advantages)?;
             let surrogate = unclipped.f_minimum(&clipped)?;
             let binding = tch::no_grad(|| -> Result<Tensor, TrainError> {
                 Ok(clipped.f_lt_tensor(&unclipped)?.f_to_kind(Kind::Float)?)
@@ -172,11 +184,17 @@ pub fn policy_loss(
             .f_sum(Kind::Float)?
             .f_double_value(&[])?)
             / count;
+        let max_abs_log_ratio = log_ratio
+            .f_abs()?
+            .f_max()?
+            .f_to_kind(Kind::Double)?
+            .f_double_value(&[])?;
         Ok(PolicyLossStats {
             policy_loss: policy.f_double_value(&[])?,
             kl_per_token,
             clip_fraction,
             entropy,
+            max_abs_log_ratio,
             tokens: count,
         })
     })?;
@@ -279,6 +297,7 @@ mod tests {
                 assert!((g - w).abs() < 1e-6, "{got:?} vs {want:?}");
             }
             assert_eq!(stats.clip_fraction, 0.0);
+            assert_eq!(stats.max_abs_log_ratio, 0.0);
             assert_eq!(stats.tokens, 8.0);
             // Loss = −(1/P) Σ A_i · (number of tokens of i) at ρ = 1.
             let want_loss = -(0.5 * 3.0 - 0.25 * 3.0 + 1.0 * 2.0) / 2.0;
@@ -303,6 +322,20 @@ mod tests {
         assert_eq!(got[3], 0.0, "clipped token still has gradient: {got:?}");
         assert!((got[1] - (-0.25)).abs() < 1e-6);
         assert!((stats.clip_fraction - 1.0 / 8.0).abs() < 1e-9);
+        assert!((stats.max_abs_log_ratio - 0.5).abs() < 1e-6);
+
+        // Clip-higher: with ε_high = 0.7 the ratio e^0.5 ≈ 1.65 is inside the region again.
+        let leaf = leaf.detach().set_requires_grad(true);
+        let config = PolicyLossConfig {
+            clip_epsilon: Some(0.2),
+            clip_epsilon_high: Some(0.7),
+            ..PolicyLossConfig::default()
+        };
+        let (loss, stats) = policy_loss(&leaf, &mask, &inputs, &config).unwrap();
+        let got = grad_of(&loss, &leaf);
+        let want = -0.5 * 0.5f64.exp() / 2.0;
+        assert!((f64::from(got[3]) - want).abs() < 1e-5, "{got:?}");
+        assert_eq!(stats.clip_fraction, 0.0);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::path::Path;
 use tch::{Kind, TchError, Tensor};
 
 use crate::adamw::{AdamW, AdamWParams, OptimizerStateError};
+use crate::grammar::TokenSet;
 use crate::logprobs::{DEFAULT_CHUNK_TOKENS, ScoredTokens, head_logprobs};
 use crate::model::{CausalLm, ModelError};
 
@@ -71,6 +72,13 @@ pub struct TrainerConfig {
     /// backward pass ([`CausalLm::checkpointed_hidden_states`]): the same gradients for about
     /// one more forward, with activation memory cut to one `[b, t, hidden]` per layer.
     pub gradient_checkpointing: bool,
+    /// The temperature the policy's log-probs are taken at: an RL step's samples' (see
+    /// [`crate::logprobs`]); 1 for supervised steps.
+    pub temperature: f64,
+    /// Apply the LoRA adapters' dropout in the training forward. Supervised steps may; an RL
+    /// step must not: its samples and their "old" log-probs come from the dropout-free policy,
+    /// and a loss scored with dropout on would see a ratio ≠ 1 before any update.
+    pub adapter_dropout: bool,
 }
 
 impl Default for TrainerConfig {
@@ -84,6 +92,8 @@ impl Default for TrainerConfig {
             max_grad_norm: Some(1.0),
             chunk_tokens: DEFAULT_CHUNK_TOKENS,
             gradient_checkpointing: false,
+            temperature: 1.0,
+            adapter_dropout: true,
         }
     }
 }
@@ -116,6 +126,11 @@ impl TrainerConfig {
                 "max_grad_norm must be positive, got {:?}",
                 self.max_grad_norm
             ))
+        } else if !positive_finite(self.temperature) {
+            Some(format!(
+                "temperature must be positive and finite, got {}",
+                self.temperature
+            ))
         } else if self.chunk_tokens <= 0 {
             Some(format!(
                 "chunk_tokens must be positive, got {}",
@@ -137,6 +152,9 @@ pub struct TrainBatch {
     pub attention_mask: Option<Tensor>,
     /// `[b, t]` bool or 0/1: the tokens whose log-probs the loss sees.
     pub completion_mask: Tensor,
+    /// For grammar-constrained samples, per row the set each scored token was drawn from, in
+    /// order: the log-probs are then those of the masked distribution, as the sampler's were.
+    pub allowed: Option<Vec<Vec<TokenSet>>>,
 }
 
 /// What one step did.
@@ -299,13 +317,7 @@ impl Trainer {
     where
         F: FnOnce(&Tensor, &Tensor) -> Result<Tensor, TrainError>,
     {
-        let (loss, tokens) = accumulate_gradients(
-            model,
-            batch,
-            self.config.chunk_tokens,
-            self.config.gradient_checkpointing,
-            loss_fn,
-        )?;
+        let (loss, tokens) = accumulate_gradients(model, batch, &self.config, loss_fn)?;
         if !loss.is_finite() {
             return Err(TrainError::NonFinite {
                 what: "loss",
@@ -384,18 +396,20 @@ pub fn masked_mean_nll(logprobs: &Tensor, scored_mask: &Tensor) -> Result<Tensor
 /// Runs the forward, `loss_fn` and the backward pass, leaving the trainable variables' gradients
 /// in their `.grad()`; returns the loss and the number of scored tokens. The LM head is run twice
 /// per chunk (without a graph for the loss, with one for its backward) so at most one chunk's
-/// logits are held for autograd at any time. `checkpoint_layers` recomputes each decoder layer in
-/// the backward pass instead of keeping its activations (the same gradients).
+/// logits are held for autograd at any time. Of `config`, `chunk_tokens`, `temperature`,
+/// `adapter_dropout` and `gradient_checkpointing` (each decoder layer recomputed in the backward
+/// pass instead of keeping its activations: the same gradients) apply.
 pub fn accumulate_gradients<F>(
     model: &CausalLm,
     batch: &TrainBatch,
-    chunk_tokens: i64,
-    checkpoint_layers: bool,
+    config: &TrainerConfig,
     loss_fn: F,
 ) -> Result<(f64, i64), TrainError>
 where
     F: FnOnce(&Tensor, &Tensor) -> Result<Tensor, TrainError>,
 {
+    let (chunk_tokens, temperature) = (config.chunk_tokens, config.temperature);
+    let dropout = config.adapter_dropout;
     let attention_mask = batch.attention_mask.as_ref();
     let scored = ScoredTokens::new(
         &batch.input_ids,
@@ -403,6 +417,8 @@ where
         &batch.completion_mask,
         model.runtime().device,
     )?;
+    let allowed = scored.allowed(batch.allowed.as_deref())?;
+    let allowed = allowed.as_deref();
     let tokens = scored.count();
     if tokens == 0 {
         return Err(TrainError::Batch(
@@ -410,13 +426,13 @@ where
                 .into(),
         ));
     }
-    let (hidden, checkpointed) = if checkpoint_layers {
+    let (hidden, checkpointed) = if config.gradient_checkpointing {
         let (hidden, layers) =
-            model.checkpointed_hidden_states(&batch.input_ids, attention_mask, true)?;
+            model.checkpointed_hidden_states(&batch.input_ids, attention_mask, dropout)?;
         (hidden, Some(layers))
     } else {
         (
-            model.hidden_states(&batch.input_ids, attention_mask, None, true)?,
+            model.hidden_states(&batch.input_ids, attention_mask, None, dropout)?,
             None,
         )
     };
@@ -424,7 +440,16 @@ where
     // The head's input as a leaf: its gradient collects the head's backward, chunk by chunk.
     let rows_leaf = rows.f_detach()?.set_requires_grad(true);
 
-    let values = tch::no_grad(|| head_logprobs(model, &rows_leaf, &scored.targets, chunk_tokens))?;
+    let values = tch::no_grad(|| {
+        head_logprobs(
+            model,
+            &rows_leaf,
+            &scored.targets,
+            chunk_tokens,
+            temperature,
+            allowed,
+        )
+    })?;
     let logprobs = scored.scatter(&values)?.set_requires_grad(true);
     let loss = loss_fn(&logprobs, &scored.mask)?;
     if loss.numel() != 1 {
@@ -453,6 +478,8 @@ where
             &rows_leaf.f_narrow(0, start, len)?,
             &scored.targets.f_narrow(0, start, len)?,
             chunk_tokens,
+            temperature,
+            allowed.map(|sets| &sets[start as usize..(start + len) as usize]),
         )?;
         (chunk * token_grad.f_narrow(0, start, len)?)
             .f_sum(Kind::Float)?

@@ -11,7 +11,7 @@ use common::{FIXTURES, load_model as load, max_abs, read_reference};
 use serde::Deserialize;
 use tch::Tensor;
 use trainer::model::{CausalLm, LoraConfig};
-use trainer::train_step::{TrainBatch, accumulate_gradients, masked_mean_nll};
+use trainer::train_step::{TrainBatch, TrainerConfig, accumulate_gradients, masked_mean_nll};
 
 #[derive(Debug, Deserialize)]
 struct Reference {
@@ -35,6 +35,7 @@ fn batch(name: &str) -> TrainBatch {
     TrainBatch {
         input_ids: Tensor::from_slice(&ids).reshape(shape),
         completion_mask: mask.copy(),
+        allowed: None,
         attention_mask: Some(mask),
     }
 }
@@ -53,7 +54,17 @@ fn gradients(
         }
     }
     tch::manual_seed(seed);
-    accumulate_gradients(model, batch, 5, checkpoint, masked_mean_nll).unwrap();
+    accumulate_gradients(
+        model,
+        batch,
+        &TrainerConfig {
+            chunk_tokens: 5,
+            gradient_checkpointing: checkpoint,
+            ..TrainerConfig::default()
+        },
+        masked_mean_nll,
+    )
+    .unwrap();
     model
         .var_store()
         .variables()

@@ -120,6 +120,7 @@ fn training_batch(prompts: &[Vec<i64>]) -> TrainBatch {
         input_ids: Tensor::from_slice(&ids).reshape(shape),
         attention_mask: Some(mask.shallow_clone()),
         completion_mask: mask,
+        allowed: None,
     }
 }
 

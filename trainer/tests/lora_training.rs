@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use common::{FIXTURES, cpu, fixture_dir, load_model as load, max_abs, read_reference};
 use serde::Deserialize;
 use tch::{Kind, Tensor};
+use trainer::generate::{GenerationRequest, generate};
 use trainer::logprobs::{reference_logprobs, score_logprobs, sequence_logprobs_chunked};
 use trainer::model::{CausalLm, LoraConfig};
 use trainer::train_step::{
@@ -65,6 +66,7 @@ fn batch(name: &str) -> TrainBatch {
         input_ids: Tensor::from_slice(&ids).reshape(shape),
         attention_mask: Some(Tensor::from_slice(&mask).reshape(shape)),
         completion_mask: Tensor::from_slice(&completion).reshape(shape),
+        allowed: None,
     }
 }
 
@@ -128,13 +130,7 @@ fn chunked_logprobs_equal_a_full_log_softmax() {
             assert!(diff < 1e-5, "{name} chunk {chunk}: {diff}");
         }
         // Unscored positions (prompt columns) are exactly zero, scored ones negative.
-        let got = score_logprobs(
-            &model,
-            &batch.input_ids,
-            batch.attention_mask.as_ref(),
-            &batch.completion_mask,
-        )
-        .unwrap();
+        let got = score_logprobs(&model, &batch, 1.0).unwrap();
         let prompt_part = got.narrow(1, 0, FIRST_SCORED - 1);
         assert_eq!(prompt_part.abs().max().double_value(&[]), 0.0, "{name}");
         assert!(got.get(0).get(FIRST_SCORED).double_value(&[]) < 0.0);
@@ -147,15 +143,10 @@ fn reference_logprobs_ignore_the_adapters_and_restore_the_switch() {
         let model = adapted(name, 2);
         let base = load(name);
         let batch = batch(name);
-        let args = (
-            &batch.input_ids,
-            batch.attention_mask.as_ref(),
-            &batch.completion_mask,
-        );
-        let reference = reference_logprobs(&model, args.0, args.1, args.2).unwrap();
+        let reference = reference_logprobs(&model, &batch, 1.0).unwrap();
         assert!(model.adapters().enabled(), "{name}: switch left off");
-        let base_logprobs = score_logprobs(&base, args.0, args.1, args.2).unwrap();
-        let policy = score_logprobs(&model, args.0, args.1, args.2).unwrap();
+        let base_logprobs = score_logprobs(&base, &batch, 1.0).unwrap();
+        let policy = score_logprobs(&model, &batch, 1.0).unwrap();
         assert!(max_abs(&reference, &base_logprobs) < 1e-6, "{name}");
         assert!(
             max_abs(&policy, &base_logprobs) > 1e-3,
@@ -191,8 +182,16 @@ fn recomputed_head_backward_equals_plain_autograd() {
             tensor.zero_grad();
         }
 
-        let (recomputed_loss, tokens) =
-            accumulate_gradients(&model, &batch, 4, false, masked_mean_nll).unwrap();
+        let (recomputed_loss, tokens) = accumulate_gradients(
+            &model,
+            &batch,
+            &TrainerConfig {
+                chunk_tokens: 4,
+                ..TrainerConfig::default()
+            },
+            masked_mean_nll,
+        )
+        .unwrap();
         assert_eq!(tokens as f64, mask.sum(Kind::Float).double_value(&[]));
         assert!((recomputed_loss - loss.double_value(&[])).abs() < 1e-6);
         let recomputed = lora_grads(&model);
@@ -256,6 +255,153 @@ fn adamw_steps_move_only_the_adapters_and_lower_the_loss() {
                 }
             }
         }
+    }
+}
+
+/// The policy log-probs the trainer takes of a sample equal the ones the sampler drew it with:
+/// at the sampling temperature, with the adapters' dropout off. Scored at temperature 1 (the
+/// trainer before it had a temperature) or with dropout on, they differ, and the first PPO ratio
+/// of an RL step would not be 1.
+#[test]
+fn the_trainer_scores_a_sample_as_the_sampler_drew_it() {
+    let name = FIXTURES[0];
+    let mut model = load(name);
+    model
+        .attach_lora(&LoraConfig {
+            r: 4,
+            alpha: 8.0,
+            dropout: 0.3,
+            ..LoraConfig::default()
+        })
+        .unwrap();
+    tch::manual_seed(5);
+    tch::no_grad(|| {
+        for (variable, mut tensor) in model.var_store().variables() {
+            if variable.ends_with(".lora_B.weight") {
+                tensor.copy_(&(Tensor::randn_like(&tensor) * 0.1));
+            }
+        }
+    });
+    let prompt = read_reference::<Reference>(name).prompts[0].clone();
+    let mut request = GenerationRequest::new(vec![prompt.clone()]);
+    request.num_samples = 3;
+    request.max_new_tokens = 6;
+    request.temperature = 0.6;
+    request.seed = 3;
+    let generation = generate(&model, &request).unwrap();
+    for sample in &generation.samples {
+        let ids: Vec<i64> = prompt.iter().chain(&sample.tokens).copied().collect();
+        let width = ids.len() as i64;
+        let completion: Vec<i64> = (0..ids.len())
+            .map(|i| i64::from(i >= prompt.len()))
+            .collect();
+        let batch = TrainBatch {
+            input_ids: Tensor::from_slice(&ids).reshape([1, width]),
+            attention_mask: None,
+            completion_mask: Tensor::from_slice(&completion).reshape([1, width]),
+            allowed: None,
+        };
+        let scored_with = |temperature: f64, adapter_dropout: bool| -> Vec<f32> {
+            let mut captured = None;
+            accumulate_gradients(
+                &model,
+                &batch,
+                &TrainerConfig {
+                    temperature,
+                    adapter_dropout,
+                    ..TrainerConfig::default()
+                },
+                |logprobs, mask| {
+                    captured = Some(logprobs.detach().copy());
+                    masked_mean_nll(logprobs, mask)
+                },
+            )
+            .unwrap();
+            let logprobs = captured.unwrap();
+            let first = prompt.len() as i64 - 1;
+            Vec::<f32>::try_from(logprobs.get(0).narrow(0, first, width - 1 - first)).unwrap()
+        };
+        let gap = |got: &[f32]| {
+            got.iter()
+                .zip(&sample.sampling_logprobs)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max)
+        };
+        let consistent = scored_with(0.6, false);
+        assert!(
+            gap(&consistent) < 1e-4,
+            "{consistent:?} vs {:?}",
+            sample.sampling_logprobs
+        );
+        assert!(gap(&scored_with(1.0, false)) > 1e-3);
+        tch::manual_seed(1);
+        assert!(gap(&scored_with(0.6, true)) > 1e-3);
+    }
+}
+
+/// Over a bf16 base (CUDA's kind; here on the CPU) the adapters and AdamW's moments stay f32, so
+/// small updates land: with bf16 adapters a 1e-5 step on lora_A entries of about 0.1 rounds away
+/// (bf16 resolves 2⁻⁸ of a value), and lora_A would come out of three steps unchanged.
+#[test]
+fn adapters_and_their_optimizer_state_are_f32_over_a_bf16_base() {
+    let runtime = trainer::device::Runtime {
+        device: tch::Device::Cpu,
+        kind: Kind::BFloat16,
+    };
+    let name = FIXTURES[0];
+    let (mut model, _) = CausalLm::from_pretrained(&fixture_dir(name), runtime).unwrap();
+    model.attach_lora(&LoraConfig::default()).unwrap();
+    let lora_a_before: BTreeMap<String, Tensor> = model
+        .var_store()
+        .variables()
+        .into_iter()
+        .filter(|(variable, _)| variable.ends_with(".lora_A.weight"))
+        .map(|(variable, tensor)| (variable, tensor.copy()))
+        .collect();
+    for (variable, tensor) in model.var_store().variables() {
+        let expected = if variable.contains(".lora_") {
+            Kind::Float
+        } else {
+            Kind::BFloat16
+        };
+        assert_eq!(tensor.kind(), expected, "{variable}");
+    }
+    let mut trainer = Trainer::new(
+        &model,
+        TrainerConfig {
+            learning_rate: 1e-5,
+            ..TrainerConfig::default()
+        },
+    )
+    .unwrap();
+    let batch = batch(name);
+    for _ in 0..3 {
+        let stats = trainer.supervised_step(&model, &batch).unwrap();
+        assert!(stats.loss.is_finite() && stats.grad_norm > 0.0);
+    }
+    let moved = model
+        .var_store()
+        .variables()
+        .into_iter()
+        .filter_map(|(variable, tensor)| {
+            let before = lora_a_before.get(&variable)?;
+            Some(max_abs(&tensor, before))
+        })
+        .fold(0.0f64, f64::max);
+    assert!(moved > 1e-6, "lora_A moved by at most {moved}");
+    // The optimizer's moments are saved like the adapters: f32.
+    let dir = tempfile::tempdir().unwrap();
+    trainer.save_state(&model, dir.path()).unwrap();
+    let state =
+        Tensor::read_safetensors(dir.path().join(trainer::train_step::OPTIMIZER_STATE_FILE))
+            .unwrap();
+    let moments: Vec<_> = state
+        .iter()
+        .filter(|(_, tensor)| tensor.numel() > 1)
+        .collect();
+    assert!(!moments.is_empty());
+    for (key, tensor) in moments {
+        assert_eq!(tensor.kind(), Kind::Float, "{key}");
     }
 }
 

@@ -1,7 +1,9 @@
 //! Sampling k completions per prompt through the KV cache: one left-padded prefill per prompt
 //! batch shared by the k samples, single-token decode steps, temperature/top-k/top-p, eos and
-//! stop-string stops, per-token policy log-probs, and seeded draws that do not depend on what else
-//! is in the batch.
+//! stop-string stops, per-token policy log-probs, seeded draws that do not depend on what else
+//! is in the batch, and optionally a grammar ([`crate::grammar`]): each step's logits are masked
+//! to the tokens the sample's grammar state allows before temperature and filtering, so every
+//! sample is in the grammar's language and its log-probs are those of the masked distribution.
 //!
 //! ```ignore
 //! let mut request = GenerationRequest::new(vec![prompt_a, prompt_b]);
@@ -23,6 +25,7 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tch::{Device, Kind, TchError, Tensor};
 
+use crate::grammar::{Grammar, GrammarError, TokenMatcher, TokenSet, stack_token_sets};
 use crate::model::{CausalLm, KvCache, Logits, ModelError};
 use sampling::{SamplingParams, choose};
 
@@ -108,6 +111,9 @@ pub struct GenerationRequest<'a> {
     /// Finished-row policy, a speed choice only: the same tokens come out either way (log-probs
     /// agree to float rounding, as a smaller batch may take other GEMM blockings).
     pub finished_rows: FinishedRows,
+    /// Constrain every sample to this grammar (its vocabulary must be the model's). Its stop ids
+    /// should be among `eos_token_ids`, so a sample ends where its grammar does.
+    pub grammar: Option<&'a Grammar>,
 }
 
 impl GenerationRequest<'_> {
@@ -127,6 +133,7 @@ impl GenerationRequest<'_> {
             seed: 0,
             prompt_keys: None,
             finished_rows: FinishedRows::default(),
+            grammar: None,
         }
     }
 
@@ -159,12 +166,17 @@ pub struct Sample {
     pub sample_index: usize,
     /// The generated ids, no padding; ends with the eos token when it stopped on one.
     pub tokens: Vec<i64>,
-    /// Per token, its log-prob under the model's unmodified distribution: `log_softmax` of the raw
-    /// logits in f32, at temperature 1, before top-k/top-p. The RL loss's policy log-prob.
+    /// Per token, its log-prob under the model's distribution at temperature 1, before
+    /// top-k/top-p: `log_softmax` of the raw logits in f32 (masked to the grammar's tokens when
+    /// the request has one).
     pub logprobs: Vec<f32>,
-    /// Per token, its log-prob under the distribution it was drawn from (temperature, top-k, top-p
-    /// applied and renormalised); 0 when greedy. Useful for importance weights, not the policy.
+    /// Per token, its log-prob under the distribution it was drawn from (grammar mask,
+    /// temperature, top-k, top-p applied and renormalised); 0 when greedy. With top-k and top-p
+    /// off this is the policy at the sampling temperature, what the RL loss scores.
     pub sampling_logprobs: Vec<f32>,
+    /// Per token, the set it was drawn from (constrained requests only; empty otherwise): the
+    /// trainer masks its log-probs with the same sets.
+    pub allowed: Vec<TokenSet>,
     /// Why it ended.
     pub finish_reason: FinishReason,
 }
@@ -278,6 +290,17 @@ pub enum GenerateError {
         /// Its index in the stop strings.
         index: usize,
     },
+    /// The grammar's vocabulary is not the model's.
+    #[error("the grammar ranges over {grammar} token ids but the model's vocab_size is {model}")]
+    GrammarVocabulary {
+        /// The grammar's vocabulary size.
+        grammar: usize,
+        /// The model's.
+        model: i64,
+    },
+    /// A sample's grammar state failed (a dead end, or a token it refused).
+    #[error("grammar: {0}")]
+    Grammar(#[from] GrammarError),
     /// The model failed.
     #[error(transparent)]
     Model(#[from] ModelError),
@@ -293,7 +316,7 @@ pub fn generate(
     request: &GenerationRequest<'_>,
 ) -> Result<Generation, GenerateError> {
     validate(model, request)?;
-    tch::no_grad(|| Decoder::new(model, request).run())
+    tch::no_grad(|| Decoder::new(model, request)?.run())
 }
 
 fn validate(model: &CausalLm, request: &GenerationRequest<'_>) -> Result<(), GenerateError> {
@@ -362,6 +385,14 @@ fn validate(model: &CausalLm, request: &GenerationRequest<'_>) -> Result<(), Gen
     {
         return Err(GenerateError::EmptyStopString { index });
     }
+    if let Some(grammar) = request.grammar
+        && i64::try_from(grammar.vocab_size()).ok() != Some(vocab_size)
+    {
+        return Err(GenerateError::GrammarVocabulary {
+            grammar: grammar.vocab_size(),
+            model: vocab_size,
+        });
+    }
     Ok(())
 }
 
@@ -370,10 +401,18 @@ struct SampleState {
     sample: Sample,
     rng: ChaCha8Rng,
     finished: bool,
+    /// Where the sample is in the request's grammar.
+    matcher: Option<TokenMatcher>,
 }
 
 impl SampleState {
-    fn new(seed: u64, prompt_key: u64, prompt_index: usize, sample_index: usize) -> Self {
+    fn new(
+        seed: u64,
+        prompt_key: u64,
+        prompt_index: usize,
+        sample_index: usize,
+        matcher: Option<TokenMatcher>,
+    ) -> Self {
         // A 256-bit ChaCha key from the triple: distinct triples get unrelated streams.
         let mut key = [0u8; 32];
         key[..8].copy_from_slice(&seed.to_le_bytes());
@@ -387,10 +426,12 @@ impl SampleState {
                 tokens: Vec::new(),
                 logprobs: Vec::new(),
                 sampling_logprobs: Vec::new(),
+                allowed: Vec::new(),
                 finish_reason: FinishReason::Length,
             },
             rng: ChaCha8Rng::from_seed(key),
             finished: false,
+            matcher,
         }
     }
 
@@ -417,27 +458,30 @@ struct Decoder<'m, 'r, 'a> {
 }
 
 impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
-    fn new(model: &'m CausalLm, request: &'r GenerationRequest<'a>) -> Self {
+    fn new(model: &'m CausalLm, request: &'r GenerationRequest<'a>) -> Result<Self, GenerateError> {
         let samples = request.num_samples;
-        let states = request
-            .prompts
-            .iter()
-            .enumerate()
-            .flat_map(|(prompt_index, _)| {
-                let key = request
-                    .prompt_keys
-                    .as_ref()
-                    .and_then(|keys| keys.get(prompt_index).copied())
-                    .unwrap_or(prompt_index as u64);
-                (0..samples).map(move |sample_index| {
-                    SampleState::new(request.seed, key, prompt_index, sample_index)
-                })
-            })
-            .collect::<Vec<_>>();
+        let mut states = Vec::with_capacity(request.prompts.len() * samples);
+        for prompt_index in 0..request.prompts.len() {
+            let key = request
+                .prompt_keys
+                .as_ref()
+                .and_then(|keys| keys.get(prompt_index).copied())
+                .unwrap_or(prompt_index as u64);
+            for sample_index in 0..samples {
+                let matcher = request.grammar.map(Grammar::matcher).transpose()?;
+                states.push(SampleState::new(
+                    request.seed,
+                    key,
+                    prompt_index,
+                    sample_index,
+                    matcher,
+                ));
+            }
+        }
         let stop_window = request.stop.as_ref().map_or(0, |stop| {
             stop.strings.iter().map(String::len).max().unwrap_or(0) + 8
         });
-        Self {
+        Ok(Self {
             model,
             request,
             params: request.sampling_params(),
@@ -445,7 +489,7 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
             states,
             counters: GenerationCounters::default(),
             stop_window,
-        }
+        })
     }
 
     fn run(mut self) -> Result<Generation, GenerateError> {
@@ -539,6 +583,17 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
                 })
                 .collect()
         };
+        let allowed = self.allowed_sets()?;
+        let masked;
+        let logits = match &allowed {
+            Some(sets) => {
+                let refs: Vec<&TokenSet> = sets.iter().collect();
+                let mask = stack_token_sets(&refs, logits.device())?;
+                masked = logits.f_masked_fill(&mask.f_logical_not()?, f64::NEG_INFINITY)?;
+                &masked
+            }
+            None => logits,
+        };
         let chosen = choose(logits, &self.params, &Tensor::from_slice(&uniforms))?;
         // One device→host copy per step: ids are exact in f64.
         let host = Tensor::f_stack(
@@ -564,6 +619,10 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
                 .sample
                 .sampling_logprobs
                 .push(host[2 * rows + row] as f32);
+            if let (Some(matcher), Some(sets)) = (state.matcher.as_mut(), allowed.as_ref()) {
+                matcher.consume(token)?;
+                state.sample.allowed.push(sets[row].clone());
+            }
             if let Some(reason) =
                 finish_reason(&state.sample.tokens, self.request, self.stop_window)
             {
@@ -572,6 +631,23 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
             }
         }
         Ok(())
+    }
+
+    /// Each cache row's allowed next tokens when the request has a grammar: the sample's
+    /// grammar state for unfinished rows, every token for finished ones (their token is unused).
+    fn allowed_sets(&mut self) -> Result<Option<Vec<TokenSet>>, GenerateError> {
+        let Some(grammar) = self.request.grammar else {
+            return Ok(None);
+        };
+        let mut sets = Vec::with_capacity(self.rows.len());
+        for &sample in &self.rows {
+            let state = &mut self.states[sample];
+            match (&mut state.matcher, state.finished) {
+                (Some(matcher), false) => sets.push(matcher.allowed()?),
+                _ => sets.push(TokenSet::full(grammar.vocab_size())),
+            }
+        }
+        Ok(Some(sets))
     }
 
     /// Shrinks the cache to the unfinished rows when the policy says so.

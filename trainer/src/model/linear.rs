@@ -4,7 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tch::nn::{self, Init};
-use tch::{TchError, Tensor};
+use tch::{Kind, TchError, Tensor};
+
+/// The kind of LoRA adapters (and so of their AdamW moments), whatever the base's kind.
+pub const ADAPTER_KIND: Kind = Kind::Float;
 
 /// The projections LoRA may adapt, by the last component of their checkpoint name.
 pub const LORA_TARGETS: [&str; 7] = [
@@ -76,7 +79,13 @@ impl AdapterSwitch {
     }
 }
 
-/// The low-rank update `(alpha / r) · dropout(x) Aᵀ Bᵀ`.
+/// The low-rank update `(alpha / r) · dropout(x) Aᵀ Bᵀ`, computed in f32 and cast to the base's
+/// kind.
+///
+/// The adapters are f32 whatever the base's kind, as PEFT keeps them by default
+/// (`autocast_adapter_dtype`): over a bf16 base, a bf16 adapter would round away every update
+/// smaller than 2⁻⁸ of its value (a step of 1e-5 on an entry of 0.1), and AdamW's moments, made
+/// like their parameter, would lose the small second moments that set the step size.
 #[derive(Debug)]
 struct LoraAdapter {
     /// `[r, in_features]`, kaiming-uniform(a=√5) as PEFT initialises it.
@@ -155,17 +164,24 @@ impl Linear {
         let (out_features, in_features) = self.weight.size2()?;
         // kaiming_uniform(a=√5) on [r, in]: gain √(2/(1+5)) times √(3/fan_in) = 1/√in.
         let bound = 1.0 / (in_features as f64).sqrt();
-        let a = path.sub("lora_A").f_var(
-            "weight",
-            &[config.r, in_features],
+        let device = path.device();
+        let a = nn::f_init(
             Init::Uniform {
                 lo: -bound,
                 up: bound,
             },
+            &[config.r, in_features],
+            device,
+            ADAPTER_KIND,
         )?;
-        let b = path
-            .sub("lora_B")
-            .f_var("weight", &[out_features, config.r], Init::Const(0.0))?;
+        let a = path.sub("lora_A").add("weight", a, true);
+        let b = nn::f_init(
+            Init::Const(0.0),
+            &[out_features, config.r],
+            device,
+            ADAPTER_KIND,
+        )?;
+        let b = path.sub("lora_B").add("weight", b, true);
         self.lora = Some(LoraAdapter {
             a,
             b,
@@ -182,15 +198,16 @@ impl Linear {
         let base = xs.linear(&self.weight, self.bias.as_ref());
         match &self.lora {
             Some(lora) if lora.switch.enabled() => {
+                let input = xs.to_kind(ADAPTER_KIND);
                 let dropped = if train && lora.dropout > 0.0 {
-                    xs.dropout(lora.dropout, true)
+                    input.dropout(lora.dropout, true)
                 } else {
-                    xs.shallow_clone()
+                    input
                 };
                 let update = dropped
                     .linear::<Tensor>(&lora.a, None)
                     .linear::<Tensor>(&lora.b, None);
-                base + update * lora.scaling
+                base + (update * lora.scaling).to_kind(xs.kind())
             }
             _ => base,
         }

@@ -1,0 +1,237 @@
+//! The RL step's policy update: μ passes (`--update-epochs`) over the rollout batch, each split
+//! into minibatches of whole groups (`--minibatches`), one clipped-surrogate optimizer step per
+//! minibatch. From the second minibatch on the policy differs from the one that sampled, so the
+//! PPO clip (with clip-higher's ε_high) is what bounds each step: with one step per batch the
+//! ratio is exactly 1 where the gradient is taken and the clip never binds.
+//!
+//! The "old" log-probs are the sampler's own (the policy at the sampling temperature, adapters'
+//! dropout off), the reference log-probs are the warm-up model's at the same temperature, and
+//! the loss is scored the same way, so the first minibatch's ratio is 1 up to rounding
+//! ([`UpdateStats::max_abs_log_ratio`] reports it).
+
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
+use trainer::chat_policy::{PackedBatch, Sequence, pack};
+use trainer::logprobs::reference_logprobs;
+use trainer::model::CausalLm;
+use trainer::rl_loss::{Aggregation, PolicyLossConfig, PolicyLossInputs, mean_k3_kl, policy_loss};
+use trainer::tch::Tensor;
+use trainer::train_step::{TrainBatch, TrainError, Trainer};
+
+use super::rollout::RlBatch;
+use super::seeds::{StepSeeds, Stream};
+use super::settings::TrainSettings;
+
+/// What the update did.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct UpdateStats {
+    /// Mean loss over the optimizer steps (0 without one).
+    pub loss: f64,
+    /// Mean pre-clip gradient norm over the optimizer steps.
+    pub grad_norm: f64,
+    /// Completion tokens one pass scores.
+    pub tokens: i64,
+    /// Mean share of clipped tokens over the optimizer steps.
+    pub clip_fraction: f64,
+    /// |log ρ| at the first minibatch (see the module docs).
+    pub max_abs_log_ratio: f64,
+    pub optimizer_steps: usize,
+}
+
+/// The batch's sequences packed once, with the reference log-probs every minibatch reads.
+#[derive(Debug)]
+pub struct ScoredBatch {
+    packed: PackedBatch,
+    reference: Tensor,
+    /// Mean k3 KL per token of the sampling policy to the reference over every drawn sample.
+    pub kl: f64,
+    /// Per drawn group, its rows in `packed`.
+    group_rows: Vec<std::ops::Range<usize>>,
+}
+
+/// Packs every drawn sample and scores it under the reference (the warm-up model: adapters off)
+/// at the sampling temperature.
+pub fn score_batch(
+    model: &CausalLm,
+    pad_id: i64,
+    batch: &RlBatch<'_>,
+    temperature: f64,
+) -> Result<ScoredBatch, TrainError> {
+    let mut group_rows = Vec::with_capacity(batch.drawn.len());
+    let mut sequences = Vec::new();
+    for (pick, group) in &batch.drawn {
+        let start = sequences.len();
+        sequences.extend(group.samples.iter().map(|sample| Sequence {
+            prompt: &pick.ids,
+            completion: &sample.tokens,
+            sampling_logprobs: Some(&sample.logprobs),
+            allowed: sample.constrained().then_some(sample.allowed.as_slice()),
+        }));
+        group_rows.push(start..sequences.len());
+    }
+    let packed = pack(&sequences, pad_id, model.runtime().device)?;
+    let reference = reference_logprobs(model, &packed.batch, temperature)?;
+    // The [b, t − 1] log-probs score tokens 1..t: the completion mask shifts by one column.
+    let width = packed.batch.completion_mask.size()[1];
+    let scored = packed.batch.completion_mask.f_narrow(1, 1, width - 1)?;
+    let kl = mean_k3_kl(&packed.sampling_logprobs, &reference, &scored)?;
+    Ok(ScoredBatch {
+        packed,
+        reference,
+        kl,
+        group_rows,
+    })
+}
+
+/// Runs the update over `batch`'s kept groups with the KL coefficient `kl_coef`. `poison` makes
+/// the first loss NaN (the rollback test's fault).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the step's inputs, each from a different owner"
+)]
+pub fn policy_update(
+    trainer: &mut Trainer,
+    model: &CausalLm,
+    settings: &TrainSettings,
+    batch: &RlBatch<'_>,
+    scored: &ScoredBatch,
+    kl_coef: f64,
+    seeds: StepSeeds,
+    poison: bool,
+) -> Result<UpdateStats, TrainError> {
+    let mut stats = UpdateStats::default();
+    if batch.kept.is_empty() {
+        return Ok(stats);
+    }
+    let config = PolicyLossConfig {
+        clip_epsilon: settings.clip_epsilon,
+        clip_epsilon_high: settings.clip_epsilon_high,
+        kl_coef,
+        aggregation: Aggregation::Sequence,
+    };
+    let minibatches = settings.minibatches.min(batch.kept.len()).max(1);
+    let mut rng = ChaCha8Rng::seed_from_u64(seeds.of(Stream::Minibatches, &[]));
+    let mut order = batch.kept.clone();
+    for epoch in 0..settings.update_epochs {
+        if epoch > 0 || minibatches > 1 {
+            order.shuffle(&mut rng);
+        }
+        for (index, groups) in split_evenly(&order, minibatches).into_iter().enumerate() {
+            let first = epoch == 0 && index == 0;
+            let minibatch = Minibatch::select(scored, batch, groups)?;
+            let inputs = PolicyLossInputs {
+                advantages: &minibatch.advantages,
+                sampling_logprobs: &minibatch.sampling,
+                reference_logprobs: Some(&minibatch.reference),
+                prompts: groups.len() as i64,
+            };
+            let mut loss_stats = None;
+            let step = trainer.step(model, &minibatch.batch, |logprobs, mask| {
+                let (loss, stats) = policy_loss(logprobs, mask, &inputs, &config)?;
+                loss_stats = Some(stats);
+                Ok(if poison && first {
+                    loss.f_mul_scalar(f64::NAN)?
+                } else {
+                    loss
+                })
+            })?;
+            stats.optimizer_steps += 1;
+            stats.loss += step.loss;
+            stats.grad_norm += step.grad_norm;
+            if epoch == 0 {
+                stats.tokens += step.tokens;
+            }
+            if let Some(loss_stats) = loss_stats {
+                stats.clip_fraction += loss_stats.clip_fraction;
+                if first {
+                    stats.max_abs_log_ratio = loss_stats.max_abs_log_ratio;
+                }
+            }
+        }
+    }
+    let steps = stats.optimizer_steps as f64;
+    stats.loss /= steps;
+    stats.grad_norm /= steps;
+    stats.clip_fraction /= steps;
+    Ok(stats)
+}
+
+/// `items` cut into `parts` consecutive slices whose lengths differ by at most one.
+fn split_evenly<T>(items: &[T], parts: usize) -> Vec<&[T]> {
+    let parts = parts.clamp(1, items.len().max(1));
+    let (base, extra) = (items.len() / parts, items.len() % parts);
+    let mut slices = Vec::with_capacity(parts);
+    let mut start = 0;
+    for part in 0..parts {
+        let len = base + usize::from(part < extra);
+        slices.push(&items[start..start + len]);
+        start += len;
+    }
+    slices
+}
+
+/// Some groups' rows of a [`ScoredBatch`].
+struct Minibatch {
+    batch: TrainBatch,
+    sampling: Tensor,
+    reference: Tensor,
+    advantages: Tensor,
+}
+
+impl Minibatch {
+    fn select(
+        scored: &ScoredBatch,
+        batch: &RlBatch<'_>,
+        groups: &[usize],
+    ) -> Result<Self, TrainError> {
+        let rows: Vec<i64> = groups
+            .iter()
+            .flat_map(|&g| scored.group_rows[g].clone().map(|row| row as i64))
+            .collect();
+        let advantages: Vec<f32> = groups
+            .iter()
+            .flat_map(|&g| batch.advantages[g].iter().map(|&a| a as f32))
+            .collect();
+        let packed = &scored.packed;
+        let device = packed.batch.input_ids.device();
+        let index = Tensor::from_slice(&rows).to_device(device);
+        let select = |t: &Tensor| t.f_index_select(0, &index);
+        Ok(Self {
+            batch: TrainBatch {
+                input_ids: select(&packed.batch.input_ids)?,
+                attention_mask: packed
+                    .batch
+                    .attention_mask
+                    .as_ref()
+                    .map(select)
+                    .transpose()?,
+                completion_mask: select(&packed.batch.completion_mask)?,
+                allowed: packed
+                    .batch
+                    .allowed
+                    .as_ref()
+                    .map(|sets| rows.iter().map(|&row| sets[row as usize].clone()).collect()),
+            },
+            sampling: select(&packed.sampling_logprobs)?,
+            reference: select(&scored.reference)?,
+            advantages: Tensor::from_slice(&advantages).to_device(device),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_evenly;
+
+    #[test]
+    fn minibatches_split_groups_evenly_and_keep_every_one() {
+        let groups: Vec<usize> = (0..7).collect();
+        let parts = split_evenly(&groups, 3);
+        assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), [3, 2, 2]);
+        assert_eq!(parts.concat(), groups);
+        assert_eq!(split_evenly(&groups, 10).len(), 7);
+        assert_eq!(split_evenly(&groups, 1), [&groups[..]]);
+    }
+}

@@ -1,0 +1,609 @@
+//! Grammar-constrained generation (`trainer::grammar`) over the project's own tiny byte-level BPE
+//! tokenizer and the reference fixtures' tokenizers: valid text passes token by token, invalid
+//! continuations are refused, random walks under the masks end in JSON of the schema's shape,
+//! bad schemas and unusable tokenizers give errors that say what is wrong.
+
+use std::path::Path;
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{Value, json};
+use trainer::grammar::{Grammar, GrammarError, TokenMatcher, TokenSet, stack_token_sets};
+use trainer::preset::write_tiny_checkpoint;
+use trainer::tokenizer::{TOKENIZER_FILE, Tokenizer};
+
+/// Recommendation-like compact JSON and prose, as the export writes them.
+fn corpus() -> Vec<String> {
+    let models = ["gpt-4o-mini", "gpt-4o", "claude-3-haiku", "llama-3-70b"];
+    let tools = ["web_search", "code_exec", "sql_query"];
+    let mut lines = Vec::new();
+    for (i, model) in models.iter().enumerate() {
+        for (j, tool) in tools.iter().enumerate() {
+            lines.push(format!(
+                "{{\"type\":\"retry_policy\",\"diff\":{{\"model\":\"{model}\",\"retry\":{{\"max_attempts\":{}}}}},\"rationale\":\"Retry {tool} calls that time out.\"}}",
+                i + j + 2
+            ));
+            lines.push(format!(
+                "{{\"type\":\"temperature\",\"diff\":{{\"temperature\":0.{}}},\"rationale\":\"Lower the temperature for {tool}.\"}}",
+                i + 2 * j
+            ));
+            lines.push(format!(
+                "{} of 40 runs failed; {tool} timed out after {}s with {model}.",
+                i + j,
+                10 * (j + 1)
+            ));
+        }
+    }
+    lines
+}
+
+/// The tiny preset's tokenizer, written into `dir`: its `tokenizer.json` bytes and the loaded
+/// tokenizer (stop ids resolved from the checkpoint's files).
+fn tiny_tokenizer(dir: &Path) -> (Vec<u8>, Tokenizer) {
+    write_tiny_checkpoint(dir, 7, corpus()).expect("tiny preset");
+    let bytes = std::fs::read(dir.join(TOKENIZER_FILE)).expect("tokenizer.json");
+    let tokenizer = Tokenizer::from_dir(dir).expect("tokenizer loads");
+    (bytes, tokenizer)
+}
+
+fn stop_ids(tokenizer: &Tokenizer) -> Vec<i64> {
+    let ids: Vec<i64> = tokenizer
+        .special_tokens()
+        .stop_ids
+        .iter()
+        .map(|&id| i64::from(id))
+        .collect();
+    assert!(!ids.is_empty(), "the tiny preset names its stop ids");
+    ids
+}
+
+const TYPES: [&str; 3] = ["retry_policy", "model_switch", "temperature"];
+
+/// A small recommendation-shaped schema in compact JSON: keys in the schema's order.
+fn schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "type": {"enum": TYPES},
+            "diff": {
+                "type": "object",
+                "properties": {
+                    "model": {"type": "string", "minLength": 1, "maxLength": 24},
+                    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+                    "retry": {
+                        "type": "object",
+                        "properties": {
+                            "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100}
+                        },
+                        "required": ["max_attempts"],
+                        "additionalProperties": false
+                    }
+                },
+                "additionalProperties": false,
+                "minProperties": 1
+            },
+            "rationale": {"type": "string", "minLength": 1, "maxLength": 60}
+        },
+        "required": ["type", "diff", "rationale"],
+        "additionalProperties": false,
+        "x-guidance": {"whitespace_flexible": false, "item_separator": ",", "key_separator": ":"}
+    })
+}
+
+const VALID: &str = "{\"type\":\"retry_policy\",\"diff\":{\"model\":\"gpt-4o\",\"retry\":{\"max_attempts\":3}},\"rationale\":\"Retry web_search calls that time out.\"}";
+
+fn encode(tokenizer: &Tokenizer, text: &str) -> Vec<i64> {
+    tokenizer
+        .encode(text, false)
+        .expect("encodes")
+        .into_iter()
+        .map(i64::from)
+        .collect()
+}
+
+/// Feeds `tokens`, checking each is in the allowed set before it is consumed.
+fn feed(matcher: &mut TokenMatcher, tokens: &[i64], tokenizer: &Tokenizer) {
+    for (i, &t) in tokens.iter().enumerate() {
+        let allowed = matcher.allowed().expect("a mask at every position");
+        assert!(
+            allowed.contains(t),
+            "token {i} ({t}, {:?}) not allowed after {:?}",
+            tokenizer.id_to_token(t as u32),
+            tokenizer.decode(
+                &tokens[..i].iter().map(|&t| t as u32).collect::<Vec<_>>(),
+                false
+            )
+        );
+        matcher.consume(t).expect("allowed token is consumed");
+    }
+}
+
+/// Feeds `text` choosing, at each step, the longest allowed token that continues it: a prefix
+/// that ends inside bytes the grammar forces may tokenize otherwise on its own (`":{` is `":`,
+/// `{` while the grammar forces the token `":{"`), so prefixes go through the masks instead.
+fn feed_text(matcher: &mut TokenMatcher, tokenizer: &Tokenizer, text: &str) {
+    let mut rest = text;
+    while !rest.is_empty() {
+        let allowed = matcher.allowed().expect("a mask at every position");
+        let best = allowed
+            .iter()
+            .filter_map(|id| {
+                let piece = tokenizer.decode(&[id as u32], false).ok()?;
+                (!piece.is_empty() && rest.starts_with(&piece)).then_some((piece.len(), id))
+            })
+            .max();
+        let (len, id) = best.unwrap_or_else(|| panic!("no allowed token continues {rest:?}"));
+        matcher.consume(id).expect("allowed token is consumed");
+        rest = &rest[len..];
+    }
+}
+
+#[test]
+fn valid_text_is_accepted_token_by_token_then_a_stop_id_ends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json_bytes, tokenizer) = tiny_tokenizer(dir.path());
+    let stops = stop_ids(&tokenizer);
+    let grammar =
+        Grammar::from_json_schema(&json_bytes, &schema(), &stops, tokenizer.vocab_size()).unwrap();
+    let mut matcher = grammar.matcher().unwrap();
+    let first = matcher.allowed().unwrap();
+    for &s in &stops {
+        assert!(!first.contains(s), "no stop before the object");
+    }
+    let tokens = encode(&tokenizer, VALID);
+    feed(&mut matcher, &tokens, &tokenizer);
+    assert!(matcher.is_finished(), "the closing brace completes it");
+    let last = matcher.allowed().unwrap();
+    assert_eq!(
+        last.iter().collect::<Vec<_>>(),
+        {
+            let mut s = stops.clone();
+            s.sort_unstable();
+            s
+        },
+        "only the stop ids may follow a complete object"
+    );
+    matcher.consume(stops[0]).unwrap();
+    assert!(matcher.is_finished());
+    assert!(matches!(matcher.allowed(), Err(GrammarError::Finished)));
+    assert!(matches!(
+        matcher.consume(stops[0]),
+        Err(GrammarError::Finished)
+    ));
+
+    // Every stop id is allowed where the text may end, and none before.
+    let mut partial = grammar.matcher().unwrap();
+    feed(&mut partial, &tokens[..tokens.len() - 1], &tokenizer);
+    let before_end = partial.allowed().unwrap();
+    for &s in &stops {
+        assert!(!before_end.contains(s));
+    }
+    assert!(!partial.is_finished());
+}
+
+#[test]
+fn an_invalid_continuation_is_refused_and_the_matcher_can_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json_bytes, tokenizer) = tiny_tokenizer(dir.path());
+    let stops = stop_ids(&tokenizer);
+    let grammar =
+        Grammar::from_json_schema(&json_bytes, &schema(), &stops, tokenizer.vocab_size()).unwrap();
+    let prefix = "{\"type\":\"temperature\",\"diff\":{\"temperature\":";
+    let mut matcher = grammar.matcher().unwrap();
+    feed_text(&mut matcher, &tokenizer, prefix);
+    // 3 is out of [0, 2]; 1 is in range.
+    let three = encode(&tokenizer, "3");
+    let one = encode(&tokenizer, "1");
+    assert_eq!((three.len(), one.len()), (1, 1), "digits are single tokens");
+    let allowed = matcher.allowed().unwrap();
+    assert!(!allowed.contains(three[0]));
+    assert!(allowed.contains(one[0]));
+    match matcher.consume(three[0]) {
+        Err(GrammarError::Refused { token, text }) => {
+            assert_eq!(token, three[0]);
+            assert!(text.contains('3'), "{text}");
+            let message = GrammarError::Refused { token, text }.to_string();
+            assert!(message.contains(&three[0].to_string()), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Only the schema's keys may open the diff; a stop id mid-object and ids outside the
+    // vocabulary are refused too.
+    let mut keys = grammar.matcher().unwrap();
+    feed_text(
+        &mut keys,
+        &tokenizer,
+        "{\"type\":\"temperature\",\"diff\":{\"",
+    );
+    let names = ["model\"", "temperature\"", "retry\""];
+    for id in keys.allowed().unwrap().iter() {
+        let piece = tokenizer.decode(&[id as u32], false).unwrap();
+        assert!(
+            names
+                .iter()
+                .any(|name| name.starts_with(&piece) || piece.starts_with(name)),
+            "{piece:?} starts no key of the schema"
+        );
+    }
+    assert!(matches!(
+        keys.consume(stops[0]),
+        Err(GrammarError::Refused { .. })
+    ));
+    assert!(matches!(
+        keys.consume(-1),
+        Err(GrammarError::Refused { token: -1, .. })
+    ));
+    // Refusals leave the matcher where it was: the valid continuation still goes through.
+    matcher.consume(one[0]).unwrap();
+    feed_text(&mut matcher, &tokenizer, "},\"rationale\":\"Lower it.\"}");
+    assert!(matcher.is_finished());
+}
+
+/// Draws a uniformly random allowed token until a stop token or `cap` tokens. Returns the
+/// tokens (stop excluded) and whether a stop token ended the walk; checks every mask on the way.
+fn random_walk(
+    grammar: &Grammar,
+    rng: &mut ChaCha8Rng,
+    cap: usize,
+    tokenizer_vocab: usize,
+) -> (Vec<i64>, bool) {
+    let mut matcher = grammar.matcher().unwrap();
+    let mut tokens = Vec::new();
+    for _ in 0..cap {
+        let allowed = matcher.allowed().expect("never a dead end");
+        assert_eq!(allowed.vocab_size(), grammar.vocab_size());
+        assert!(!allowed.is_empty());
+        let ids: Vec<i64> = allowed.iter().collect();
+        assert_eq!(ids.len(), allowed.len());
+        assert!(
+            ids.iter().all(|&id| (id as usize) < tokenizer_vocab),
+            "an id past the tokenizer's vocabulary was allowed"
+        );
+        for beyond in tokenizer_vocab..grammar.vocab_size() {
+            assert!(!allowed.contains(beyond as i64));
+        }
+        let t = ids[rng.random_range(0..ids.len())];
+        let was_complete = matcher.is_finished();
+        matcher.consume(t).unwrap();
+        if grammar.stop_ids().contains(&(t as u32)) {
+            assert!(matcher.is_finished());
+            return (tokens, true);
+        }
+        assert!(!was_complete, "only stop ids follow a complete text");
+        tokens.push(t);
+    }
+    (tokens, false)
+}
+
+#[test]
+fn random_walks_under_the_masks_end_in_json_of_the_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json_bytes, tokenizer) = tiny_tokenizer(dir.path());
+    let stops = stop_ids(&tokenizer);
+    let tokenizer_vocab = tokenizer.vocab_size();
+    // Embedding rows past the tokenizer (not a multiple of 32: the bitset's tail is exercised).
+    let vocab_size = tokenizer_vocab + 37;
+    let grammar = Grammar::from_json_schema(&json_bytes, &schema(), &stops, vocab_size).unwrap();
+    assert_eq!(grammar.vocab_size(), vocab_size);
+    assert_eq!(grammar.tokenizer_vocab_size(), tokenizer_vocab);
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let mut finished = 0;
+    let mut seen_types = std::collections::BTreeSet::new();
+    for walk in 0..50 {
+        let (tokens, stopped) = random_walk(&grammar, &mut rng, 300, tokenizer_vocab);
+        if !stopped {
+            continue;
+        }
+        finished += 1;
+        let ids: Vec<u32> = tokens.iter().map(|&t| t as u32).collect();
+        let text = tokenizer.decode(&ids, false).unwrap();
+        let value: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("walk {walk}: {text:?} is not JSON: {e}"));
+        let object = value.as_object().expect("an object");
+        assert_eq!(
+            object.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["type", "diff", "rationale"],
+            "walk {walk}: {text}"
+        );
+        let kind = object["type"].as_str().expect("type is a string");
+        assert!(TYPES.contains(&kind), "walk {walk}: {kind}");
+        seen_types.insert(kind.to_owned());
+        let diff = object["diff"].as_object().expect("diff is an object");
+        assert!(!diff.is_empty(), "walk {walk}: empty diff");
+        for (key, value) in diff {
+            match key.as_str() {
+                "model" => {
+                    let n = value.as_str().expect("model is a string").chars().count();
+                    assert!((1..=24).contains(&n), "walk {walk}: {text}");
+                }
+                "temperature" => {
+                    let t = value.as_f64().expect("temperature is a number");
+                    assert!((0.0..=2.0).contains(&t), "walk {walk}: {text}");
+                }
+                "retry" => {
+                    let retry = value.as_object().expect("retry is an object");
+                    assert_eq!(retry.len(), 1, "walk {walk}: {text}");
+                    let n = retry["max_attempts"].as_u64().expect("an integer");
+                    assert!((1..=100).contains(&n), "walk {walk}: {text}");
+                }
+                other => panic!("walk {walk}: unexpected key {other} in {text}"),
+            }
+        }
+        let rationale = object["rationale"].as_str().expect("rationale is a string");
+        assert!((1..=60).contains(&rationale.chars().count()), "walk {walk}");
+    }
+    assert!(finished >= 40, "only {finished} of 50 walks finished");
+    assert!(seen_types.len() >= 2, "walks explore: {seen_types:?}");
+}
+
+#[test]
+fn masks_become_bool_tensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json_bytes, tokenizer) = tiny_tokenizer(dir.path());
+    let stops = stop_ids(&tokenizer);
+    let vocab_size = tokenizer.vocab_size() + 5;
+    let grammar = Grammar::from_json_schema(&json_bytes, &schema(), &stops, vocab_size).unwrap();
+    let mut matcher = grammar.matcher().unwrap();
+    let first = matcher.allowed().unwrap();
+    matcher.consume(first.iter().next().unwrap()).unwrap();
+    let second = matcher.allowed().unwrap();
+    assert_ne!(first, second);
+    let tensor = first.to_tensor(tch::Device::Cpu).unwrap();
+    assert_eq!(tensor.size(), [vocab_size as i64]);
+    assert_eq!(tensor.kind(), tch::Kind::Bool);
+    let as_ids: Vec<i64> = Vec::<i64>::try_from(&tensor.nonzero().flatten(0, -1)).unwrap();
+    assert_eq!(as_ids, first.iter().collect::<Vec<_>>());
+    let stacked = stack_token_sets(&[&first, &second, &first], tch::Device::Cpu).unwrap();
+    assert_eq!(stacked.size(), [3, vocab_size as i64]);
+    assert!(stacked.get(0).equal(&tensor));
+    assert!(
+        stacked
+            .get(1)
+            .equal(&second.to_tensor(tch::Device::Cpu).unwrap())
+    );
+    assert_eq!(
+        i64::try_from(stacked.sum(tch::Kind::Int64)).unwrap(),
+        (2 * first.len() + second.len()) as i64
+    );
+    let empty = stack_token_sets(&[], tch::Device::Cpu).unwrap();
+    assert_eq!(empty.size(), [0, 0]);
+}
+
+#[test]
+fn bad_schemas_and_bad_arguments_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json_bytes, tokenizer) = tiny_tokenizer(dir.path());
+    let stops = stop_ids(&tokenizer);
+    let vocab = tokenizer.vocab_size();
+    let compile = |schema: Value| Grammar::from_json_schema(&json_bytes, &schema, &stops, vocab);
+    let unknown_type = json!({"type": "object", "properties": {"a": {"type": "strin"}}});
+    match compile(unknown_type) {
+        Err(e @ GrammarError::Schema(_)) => assert!(e.to_string().contains("strin"), "{e}"),
+        other => panic!("expected a schema error, got {other:?}"),
+    }
+    let bad_pattern = json!({"type": "string", "pattern": "(unclosed"});
+    match compile(bad_pattern) {
+        Err(e @ GrammarError::Schema(_)) => assert!(e.to_string().contains("invalid JSON schema")),
+        other => panic!("expected a schema error, got {other:?}"),
+    }
+    let unsatisfiable = json!({"type": "integer", "minimum": 5, "maximum": 1});
+    assert!(matches!(
+        compile(unsatisfiable),
+        Err(GrammarError::Schema(_))
+    ));
+
+    assert!(matches!(
+        Grammar::from_json_schema(&json_bytes, &schema(), &stops, vocab - 1),
+        Err(GrammarError::VocabSize { .. })
+    ));
+    assert!(matches!(
+        Grammar::from_json_schema(&json_bytes, &schema(), &[], vocab),
+        Err(GrammarError::NoStopIds)
+    ));
+    let past = vocab as i64 + 3;
+    match Grammar::from_json_schema(&json_bytes, &schema(), &[past], vocab + 10) {
+        Err(e @ GrammarError::StopId { .. }) => assert!(e.to_string().contains(&past.to_string())),
+        other => panic!("expected a stop id error, got {other:?}"),
+    }
+    assert!(matches!(
+        Grammar::from_json_schema(&json_bytes, &schema(), &[-1], vocab),
+        Err(GrammarError::StopId { id: -1, .. })
+    ));
+}
+
+#[test]
+fn tokenizers_that_cannot_express_a_grammar_say_so() {
+    let schema = schema();
+    match Grammar::from_json_schema(b"not json", &schema, &[0], 10) {
+        Err(e @ GrammarError::Tokenizer(_)) => {
+            assert!(e.to_string().contains("cannot be read"), "{e}");
+        }
+        other => panic!("expected a tokenizer error, got {other:?}"),
+    }
+    let not_a_tokenizer = br#"{"model": {"type": "Nope"}}"#;
+    assert!(matches!(
+        Grammar::from_json_schema(not_a_tokenizer, &schema, &[0], 10),
+        Err(GrammarError::Tokenizer(_))
+    ));
+    // A word-level tokenizer has no byte strings for its tokens.
+    let word_level = json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [{"id": 2, "content": "</s>", "single_word": false, "lstrip": false,
+                          "rstrip": false, "normalized": false, "special": true}],
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": {"a": 0, "b": 1, "</s>": 2}, "unk_token": "a"}
+    });
+    match Grammar::from_json_schema(&serde_json::to_vec(&word_level).unwrap(), &schema, &[2], 3) {
+        Err(e @ GrammarError::UnsupportedTokenizer(_)) => {
+            assert!(e.to_string().contains("byte-level or byte-fallback"), "{e}");
+        }
+        other => panic!("expected an unsupported-tokenizer error, got {other:?}"),
+    }
+}
+
+/// The reference fixtures' Qwen2 and Llama 3 tokenizers (byte-level BPE, 400 merges) express the
+/// grammar too.
+#[test]
+fn fixture_tokenizers_express_the_grammar() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for (name, stop) in [("qwen2_bpe", "<|im_end|>"), ("llama3_bpe", "<|eot_id|>")] {
+        let path = fixtures.join(name).join(TOKENIZER_FILE);
+        let bytes = std::fs::read(&path).unwrap();
+        let tokenizer = Tokenizer::from_file(&path).unwrap();
+        let stop = i64::from(tokenizer.token_to_id(stop).unwrap());
+        let grammar =
+            Grammar::from_json_schema(&bytes, &schema(), &[stop], tokenizer.vocab_size()).unwrap();
+        let mut matcher = grammar.matcher().unwrap();
+        feed(&mut matcher, &encode(&tokenizer, VALID), &tokenizer);
+        assert!(matcher.allowed().unwrap().contains(stop), "{name}");
+        matcher.consume(stop).unwrap();
+        assert!(matcher.is_finished(), "{name}");
+    }
+}
+
+#[test]
+fn grammars_and_sets_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Grammar>();
+    send_sync::<TokenSet>();
+    send::<TokenMatcher>();
+}
+
+/// Mean wall time of one `allowed()` (a fresh mask) over 100 tokens of random walks with the tiny
+/// tokenizer: `cargo test --release -p trainer --test grammar -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn mask_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json_bytes, tokenizer) = tiny_tokenizer(dir.path());
+    let stops = stop_ids(&tokenizer);
+    let started = Instant::now();
+    let grammar =
+        Grammar::from_json_schema(&json_bytes, &schema(), &stops, tokenizer.vocab_size()).unwrap();
+    let compile = started.elapsed();
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let (mut calls, mut spent) = (0u32, std::time::Duration::ZERO);
+    while calls < 100 {
+        let mut matcher = grammar.matcher().unwrap();
+        while calls < 100 && !matcher.is_finished() {
+            let t0 = Instant::now();
+            let allowed = matcher.allowed().unwrap();
+            spent += t0.elapsed();
+            calls += 1;
+            let ids: Vec<i64> = allowed.iter().collect();
+            matcher
+                .consume(ids[rng.random_range(0..ids.len())])
+                .unwrap();
+        }
+    }
+    println!(
+        "vocab {}: compile {:.1} ms, allowed() mean {:.1} µs over {calls} tokens",
+        tokenizer.vocab_size(),
+        compile.as_secs_f64() * 1e3,
+        spent.as_secs_f64() * 1e6 / f64::from(calls)
+    );
+}
+
+/// Generation under a grammar stays in its language, and the trainer, given the sets each token
+/// was drawn from, scores the masked distribution the sampler drew from: its log-probs equal the
+/// sampler's (the PPO ratio starts at 1), while the unmasked log-probs do not.
+#[test]
+fn constrained_samples_score_in_the_trainer_as_the_sampler_drew_them() {
+    use trainer::chat_policy::{ChatPolicy, Sequence, pack};
+    use trainer::device::{DeviceRequest, Runtime};
+    use trainer::generate::{GenerationRequest, generate};
+    use trainer::train_step::{TrainerConfig, accumulate_gradients, masked_mean_nll};
+
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_checkpoint(dir.path(), 7, corpus()).unwrap();
+    let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
+    let (mut policy, _) = ChatPolicy::load(dir.path(), runtime).unwrap();
+    policy
+        .model
+        .attach_lora(&trainer::model::LoraConfig::default())
+        .unwrap();
+    let grammar = policy.grammar(&schema()).unwrap();
+    let prompt = policy
+        .prompt_ids("Recommend a change.", "web_search timed out.")
+        .unwrap();
+    let mut request = GenerationRequest::new(vec![prompt.clone()]);
+    request.num_samples = 4;
+    request.max_new_tokens = 120;
+    request.temperature = 0.8;
+    request.seed = 11;
+    request.eos_token_ids = policy.stop_ids.iter().copied().collect();
+    request.grammar = Some(&grammar);
+    let generation = generate(&policy.model, &request).unwrap();
+    let mut finished = 0;
+    for sample in &generation.samples {
+        assert_eq!(sample.allowed.len(), sample.tokens.len());
+        for (token, set) in sample.tokens.iter().zip(&sample.allowed) {
+            assert!(set.contains(*token), "token {token} outside its set");
+        }
+        if sample.finish_reason == trainer::generate::FinishReason::Eos {
+            finished += 1;
+            let text = policy.decode(&sample.tokens);
+            let value: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert!(TYPES.contains(&value["type"].as_str().unwrap()), "{text}");
+        }
+    }
+    assert!(finished > 0, "no sample finished within 120 tokens");
+
+    let sequences: Vec<Sequence<'_>> = generation
+        .samples
+        .iter()
+        .map(|sample| Sequence {
+            prompt: &prompt,
+            completion: &sample.tokens,
+            sampling_logprobs: Some(&sample.sampling_logprobs),
+            allowed: Some(&sample.allowed),
+        })
+        .collect();
+    let packed = pack(&sequences, policy.pad_id, tch::Device::Cpu).unwrap();
+    let config = TrainerConfig {
+        temperature: 0.8,
+        adapter_dropout: false,
+        ..TrainerConfig::default()
+    };
+    let gap_to_sampler = |batch: &trainer::train_step::TrainBatch| {
+        let mut captured = None;
+        accumulate_gradients(&policy.model, batch, &config, |logprobs, mask| {
+            captured = Some(logprobs.detach().copy());
+            masked_mean_nll(logprobs, mask)
+        })
+        .unwrap();
+        let scored = packed
+            .batch
+            .completion_mask
+            .narrow(1, 1, packed.sampling_logprobs.size()[1]);
+        (captured.unwrap() - &packed.sampling_logprobs)
+            .abs()
+            .multiply(&scored.to_kind(tch::Kind::Float))
+            .max()
+            .double_value(&[])
+    };
+    let masked = gap_to_sampler(&packed.batch);
+    assert!(
+        masked < 1e-4,
+        "masked log-probs differ from the sampler's by {masked}"
+    );
+    let unmasked_batch = trainer::train_step::TrainBatch {
+        input_ids: packed.batch.input_ids.shallow_clone(),
+        attention_mask: packed
+            .batch
+            .attention_mask
+            .as_ref()
+            .map(|t| t.shallow_clone()),
+        completion_mask: packed.batch.completion_mask.shallow_clone(),
+        allowed: None,
+    };
+    let unmasked = gap_to_sampler(&unmasked_batch);
+    assert!(
+        unmasked > 1e-3,
+        "the mask should change the log-probs ({unmasked})"
+    );
+}
