@@ -1,68 +1,98 @@
 #!/usr/bin/env bash
-# Issue 10's measurement: on the synthetic world (tiny preset, CPU), does warm-up + pass@k RL
-# beat warm-up only and warm-up + mean RL at equal steps on held-out true best-of-k acceptance?
+# Issue 10's measurement, made sound (issue 19): on the synthetic world (tiny preset, CPU), does
+# warm-up + pass@k RL beat warm-up only and warm-up + mean RL at equal steps on held-out true
+# best-of-k acceptance, and how much of the gap from warm-up to the menu oracle does it close?
 #
 #   scripts/rft-experiment.sh [OUT_DIR]          (default out/rft-experiment)
 #
-# For every seed in $SEEDS: one warm-up run (w$SEED: $SFT_STEPS full fine-tuning steps, no RL),
-# then from its warm-up model two RL runs of $RL_STEPS steps, objective pass@k and mean, with
-# each reward in $REWARDS (sampled: the plan's ±1 draw; expected: 2p − 1), each evaluated on the
-# held-out prompts with `arc-rec eval --n $EVAL_N` (eval seed 1 for every model, so they answer
-# the same draws). Prints the table of scripts/rft_experiment_table.py at the end. Resumable:
-# finished runs and evaluations are kept, unfinished ones redone. Needs a built
-# target/release/arc-rec (scripts/quickstart.sh builds it); uses its own embedded cluster in
-# OUT_DIR/db.
+# Works in OUT_DIR/world$WORLD_SEED (one directory per world: its database, data, runs): simulates
+# the world of seed $WORLD_SEED with $WORLD_OUTCOMES outcomes and exports it, then for every seed
+# in $SEEDS (5 by default) one warm-up run (w$SEED: $SFT_STEPS full fine-tuning steps, no RL) and
+# from its warm-up model two RL runs of $RL_STEPS steps, objective pass@k and mean, with each
+# reward in $REWARDS (sampled: the plan's ±1 draw; expected: 2p − 1). Every model is evaluated on
+# the held-out prompts with `arc-rec eval --n $EVAL_N --json` (eval seed 1 for every model, so
+# they answer the same draws): w$SEED.eval.json (warm-up), s$SEED-$REWARD-pass.eval.json and
+# -mean.eval.json (RL), each with every prompt's figures and the world's baselines (logged
+# heuristic, random pick from the menu, menu oracle). Prints the tables of
+# scripts/rft_experiment_table.py at the end: paired bootstrap intervals over (seed, prompt).
+#
+# Resumable: finished runs and evaluations are kept, unfinished ones redone (an evaluation
+# written before eval reported per-prompt figures counts as unfinished). Runs of the older layout
+# (world 1's files directly in OUT_DIR) are reused once moved into OUT_DIR/world1/.
+# Needs a built target/release/arc-rec (scripts/quickstart.sh builds it; $ARC_REC names another
+# binary); uses its own embedded cluster per world in OUT_DIR/world$WORLD_SEED/db.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-arc_rec="$root/target/release/arc-rec"
+arc_rec="${ARC_REC:-$root/target/release/arc-rec}"
 out="${1:-$root/out/rft-experiment}"
-SEEDS="${SEEDS:-1 2 3}"
+SEEDS="${SEEDS:-1 2 3 4 5}"
 REWARDS="${REWARDS:-sampled}"
 SFT_STEPS="${SFT_STEPS:-300}"
 RL_STEPS="${RL_STEPS:-200}"
 EVAL_N="${EVAL_N:-16}"
+WORLD_SEED="${WORLD_SEED:-1}"
+WORLD_OUTCOMES="${WORLD_OUTCOMES:-20000}"
 [ -x "$arc_rec" ] || { echo "rft-experiment: build $arc_rec first (cargo build --release)" >&2; exit 2; }
-mkdir -p "$out"
-cd "$out"
-export ARC_REC_DATA_DIR="$out/db"
+# numpy makes the table's bootstrap fast; the project's virtualenv has it.
+python=python3
+[ -x "$root/.venv/bin/python" ] && python="$root/.venv/bin/python"
+work="$out/world$WORLD_SEED"
+mkdir -p "$work"
+cd "$work"
+export ARC_REC_DATA_DIR="$work/db"
+world=(--world-seed "$WORLD_SEED" --world-outcomes "$WORLD_OUTCOMES")
 
 if [ ! -s examples.jsonl ]; then
-  "$arc_rec" simulate --seed 1
-  "$arc_rec" export --out examples.jsonl
+  "$arc_rec" simulate --seed "$WORLD_SEED" --outcomes "$WORLD_OUTCOMES"
+  "$arc_rec" export --out examples.jsonl.tmp
+  mv examples.jsonl.tmp examples.jsonl
 fi
 [ -f tiny/config.json ] || "$arc_rec" model init --preset tiny --out tiny
 
-# train RUN_DIR LOG ARGS...: a run, kept when it finished (summary.json), redone otherwise. A run
+# train RUN_DIR LOG ARGS...: a run, kept when it finished (summary.json), redone otherwise (and
+# then its evaluation RUN_DIR.eval.json with it). A run
 # that gives up (e.g. a KL blow-up past --max-rollbacks) is reported and left out of the table,
 # not the end of the experiment.
 train() {
   local dir=$1 log=$2
   shift 2
   if [ ! -f "$dir/summary.json" ]; then
-    rm -rf "$dir"
+    # A redone run's old evaluation is stale.
+    rm -rf "$dir" "$dir.eval.json"
     echo "== $dir"
-    "$arc_rec" train --data examples.jsonl --out "$dir" --no-record --seed "$seed" "$@" > "$log" 2>&1 ||
+    "$arc_rec" train --data examples.jsonl --out "$dir" --no-record --seed "$seed" "${world[@]}" "$@" > "$log" 2>&1 ||
       echo "rft-experiment: $dir failed: $(tail -n 1 "$log")" >&2
+  fi
+}
+
+# evaluate RUN_DIR MODELS REPORT: `eval --json` of a finished run into REPORT, unless REPORT
+# already holds per-prompt figures.
+evaluate() {
+  local dir=$1 models=$2 report=$3
+  [ -f "$dir/summary.json" ] || return 0
+  if [ -s "$report" ] && grep -q '"per_prompt"' "$report"; then
+    return 0
+  fi
+  echo "== eval $dir ($models)"
+  if "$arc_rec" eval --run "$dir" --n "$EVAL_N" --models "$models" --json > "$report.tmp" 2> "${report%.json}.log"; then
+    mv "$report.tmp" "$report"
+  else
+    echo "rft-experiment: eval of $dir failed: $(tail -n 1 "${report%.json}.log")" >&2
+    rm -f "$report.tmp"
   fi
 }
 
 for seed in $SEEDS; do
   train "w$seed" "w$seed.log" --model tiny --sft-steps "$SFT_STEPS" --steps 0
+  evaluate "w$seed" warmup "w$seed.eval.json"
   for reward in $REWARDS; do
-    models=base,rl
     for objective in pass@k mean; do
       run="s$seed-$reward-${objective%@k}"
       train "$run" "$run.log" --model "w$seed/warmup-model" --sft-steps 0 --steps "$RL_STEPS" \
         --objective "$objective" --world-reward "$reward"
-      # The pass@k run's base is the warm-up model: evaluated once, with that run (so a pass@k
-      # run that failed leaves that seed's warm-up model out too).
-      if [ -f "$run/summary.json" ] && [ ! -s "$run.eval.json" ]; then
-        "$arc_rec" eval --run "$run" --n "$EVAL_N" --models "$models" --json > "$run.eval.json.tmp" 2> "$run.eval.log"
-        mv "$run.eval.json.tmp" "$run.eval.json"
-      fi
-      models=rl
+      evaluate "$run" rl "$run.eval.json"
     done
   done
 done
 # shellcheck disable=SC2086
-python3 "$root/scripts/rft_experiment_table.py" "$out" --seeds $SEEDS --rewards $REWARDS
+"$python" "$root/scripts/rft_experiment_table.py" "$work" --seeds $SEEDS --rewards $REWARDS

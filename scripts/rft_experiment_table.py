@@ -1,79 +1,369 @@
 #!/usr/bin/env python3
-"""The table of scripts/rft-experiment.sh: held-out figures of warm-up only, + pass@k RL and
-+ mean RL, mean ± sample standard deviation over seeds, from OUT_DIR/s{seed}-{reward}-*.eval.json.
+"""The tables of scripts/rft-experiment.sh: held-out figures of warm-up only, + pass@k RL and
++ mean RL against the logged heuristic and the menu oracle, with paired bootstrap intervals over
+(seed, prompt), from one world's work directory.
 
-    rft_experiment_table.py OUT_DIR [--seeds 1 2 3] [--rewards sampled expected] [--k 4]
+    rft_experiment_table.py WORK_DIR [--seeds 1 2 3 4 5] [--rewards sampled expected] [--k 4]
+
+Reads WORK_DIR/w{seed}.eval.json (the warm-up model; before it existed, the pass@k run's file
+held it as its base), WORK_DIR/s{seed}-{reward}-pass.eval.json and -mean.eval.json (the RL
+models): `arc-rec eval --json` reports with per-prompt figures (`models[].per_prompt`) and, with
+the world grader, the baselines (`baselines.per_prompt`).
+
+Every figure is a mean over (seed, prompt) pairs, the same held-out prompts for every seed. Its
+95% interval comes from a hierarchical (cluster) bootstrap: each of the 10,000 resamples draws
+the seeds with replacement, then for every drawn seed its prompts with replacement (so both the
+spread between training seeds and the spread between prompts count), and takes the 2.5% and
+97.5% percentiles of the resampled means. A comparison of two models is paired: both are
+resampled on the same (seed, prompt) draws, over the seeds both finished and the prompts every
+one of those seeds has. The generator is seeded (--bootstrap-seed), so the intervals are
+reproducible. Uses numpy when it is importable, else pure Python (same estimator, slower).
 """
 import argparse
+import functools
 import json
-import statistics
+import math
+import random
 import sys
+from array import array
 from pathlib import Path
 
+try:
+    import numpy
+except ImportError:  # pragma: no cover - depends on the interpreter
+    numpy = None
 
-def columns(k):
-    return [
-        ("valid", lambda m: m["format_validity"]),
-        ("pass@1", lambda m: m["pass_at"][0]),
-        (f"pass@{k}", lambda m: m["pass_at"][k - 1]),
-        ("pass@n", lambda m: m["pass_at"][-1]),
-        (f"maj@{k}", lambda m: m["maj_at"][k - 1]),
-        ("greedy P(acc)", lambda m: m["greedy"]["acceptance_probability"]),
-        (f"best-of-{k} P(acc)", lambda m: m["best_of"][k - 1]),
-        ("Δ reliability/sample", lambda m: m["reliability_gain"]),
-    ]
+RESAMPLES = 10_000
+BOOTSTRAP_SEED = 20261125
+
+WARMUP = "warm-up only"
+LOGGED = "logged heuristic"
+RANDOM = "random from menu"
+ORACLE = "menu oracle"
+
+
+# --- the bootstrap ---------------------------------------------------------------------------
+
+
+def _percentile(sorted_values, q):
+    """The q-quantile (0 ≤ q ≤ 1) of sorted values, linearly interpolated (numpy's default)."""
+    if not sorted_values:
+        return math.nan
+    position = q * (len(sorted_values) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def _interval(values):
+    """The 95% percentile interval of bootstrap statistics, ignoring undefined (NaN) ones."""
+    finite = sorted(v for v in values if not math.isnan(v))
+    return (_percentile(finite, 0.025), _percentile(finite, 0.975))
+
+
+@functools.lru_cache(maxsize=8)
+def _draws(seeds, prompts, resamples, seed, use_numpy):
+    """The bootstrap's draws for an S × P grid, as flat cell indices (seed · P + prompt):
+    `resamples` rows of S·P cells, each row S seeds drawn with replacement and, for each, P of its
+    prompts drawn with replacement. Cached: every grid of one shape is resampled on the same
+    draws, which is what pairs two models' figures."""
+    if use_numpy:
+        rng = numpy.random.default_rng(seed)
+        seed_draws = rng.integers(0, seeds, size=(resamples, seeds, 1))
+        prompt_draws = rng.integers(0, prompts, size=(resamples, seeds, prompts))
+        return (seed_draws * prompts + prompt_draws).reshape(resamples, seeds * prompts)
+    rng = random.Random(seed)
+    draws = array("i")
+    for _ in range(resamples):
+        for _ in range(seeds):
+            base = rng.randrange(seeds) * prompts
+            draws.extend(base + rng.randrange(prompts) for _ in range(prompts))
+    return draws
+
+
+def resampled_means(grids, resamples=RESAMPLES, seed=BOOTSTRAP_SEED, use_numpy=None):
+    """Hierarchical bootstrap means of several aligned grids.
+
+    `grids` maps a name to a grid: a list over seeds of lists over prompts, all grids of the same
+    shape (S seeds × P prompts, the same (seed, prompt) in the same cell), so that every grid is
+    resampled on the same draws (a paired bootstrap). Returns name → list of `resamples` means:
+    each resample draws S seeds with replacement, then for each drawn seed P of its prompts with
+    replacement, and averages the drawn cells.
+    """
+    names = list(grids)
+    if not names:
+        return {}
+    first = grids[names[0]]
+    seeds, prompts = len(first), len(first[0]) if first else 0
+    for name in names:
+        grid = grids[name]
+        if len(grid) != seeds or any(len(row) != prompts for row in grid):
+            raise ValueError(f"grid {name!r} is not {seeds} seeds × {prompts} prompts")
+    if seeds == 0 or prompts == 0:
+        raise ValueError("nothing to resample: no seed or no prompt")
+    if use_numpy is None:
+        use_numpy = numpy is not None
+    draws = _draws(seeds, prompts, resamples, seed, use_numpy)
+    cells = seeds * prompts
+    out = {}
+    for name in names:
+        flat = [v for row in grids[name] for v in row]
+        if use_numpy:
+            out[name] = numpy.asarray(flat, dtype=float)[draws].mean(axis=1).tolist()
+        else:
+            out[name] = [
+                sum(map(flat.__getitem__, draws[b * cells : (b + 1) * cells])) / cells
+                for b in range(resamples)
+            ]
+    return out
+
+
+def mean_of(grid):
+    return sum(sum(row) for row in grid) / sum(len(row) for row in grid)
+
+
+def paired_difference(first, second, **options):
+    """Mean of first − second over the grids' cells and its bootstrap 95% interval."""
+    means = resampled_means({"a": first, "b": second}, **options)
+    diffs = [a - b for a, b in zip(means["a"], means["b"])]
+    return (mean_of(first) - mean_of(second), *_interval(diffs))
+
+
+def gap_closed(model, reference, oracle, **options):
+    """(model − reference) / (oracle − reference) of the grids' means, and its interval (ratio of
+    resampled means on the same draws; a resample with no gap left is undefined and skipped)."""
+
+    def ratio(m, r, o):
+        return (m - r) / (o - r) if o - r > 1e-9 else math.nan
+
+    means = resampled_means({"m": model, "r": reference, "o": oracle}, **options)
+    point = ratio(mean_of(model), mean_of(reference), mean_of(oracle))
+    resampled = [ratio(m, r, o) for m, r, o in zip(means["m"], means["r"], means["o"])]
+    return (point, *_interval(resampled))
+
+
+# --- the reports -----------------------------------------------------------------------------
 
 
 def load(path):
+    """`arc-rec eval --json` report at path, or None when it is missing or lacks per-prompt
+    figures (written before eval reported them: rerun the evaluation)."""
     try:
-        return {m["model"]: m for m in json.loads(path.read_text())["models"]}
+        report = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except (json.JSONDecodeError, KeyError) as error:
+    except json.JSONDecodeError as error:
         sys.exit(f"{path}: not an `arc-rec eval --json` report ({error})")
+    models = report.get("models")
+    if not isinstance(models, list):
+        sys.exit(f"{path}: not an `arc-rec eval --json` report (no models)")
+    if not all(m.get("per_prompt") for m in models):
+        print(f"{path}: no per-prompt figures (an older eval); rerun it", file=sys.stderr)
+        return None
+    return report
+
+
+def model_series(model, k):
+    """Per-prompt figures of one evaluated model: id → {figure: value}."""
+    n = len(model["pass_at"])
+    out = {}
+    for p in model["per_prompt"]:
+        figures = {"valid": p["format_validity"]}
+        if n >= k:
+            figures[f"pass@{k}"] = p["pass_at"][k - 1]
+        if n >= 16:
+            figures["pass@16"] = p["pass_at"][15]
+        if p.get("best_of") is not None and n >= k:
+            figures[f"best-of-{k} P(acc)"] = p["best_of"][k - 1]
+        if p.get("greedy_acceptance_probability") is not None:
+            figures["greedy P(acc)"] = p["greedy_acceptance_probability"]
+        out[p["id"]] = figures
+    return out
+
+
+def baseline_series(report, k):
+    """Per-prompt figures of the baselines, one pick each (so the same value stands for the
+    greedy answer and for the best of k): name → id → {figure: value}."""
+    baselines = report.get("baselines")
+    if not baselines:
+        return {}
+    out = {LOGGED: {}, RANDOM: {}, ORACLE: {}}
+    for p in baselines["per_prompt"]:
+        for name, value in (
+            (LOGGED, p.get("logged_heuristic")),
+            (RANDOM, p["random_from_menu"]),
+            (ORACLE, p["menu_oracle"]),
+        ):
+            if value is not None:
+                out[name][p["id"]] = {"greedy P(acc)": value, f"best-of-{k} P(acc)": value}
+    return out
+
+
+def collect(work, seeds, reward, k):
+    """name → seed → prompt id → figures, for the three models and the baselines."""
+    rl = f"+ pass@{k} RL"
+    rows = {WARMUP: {}, rl: {}, "+ mean RL": {}, LOGGED: {}, RANDOM: {}, ORACLE: {}}
+    for seed in seeds:
+        warmup = load(work / f"w{seed}.eval.json")
+        passk = load(work / f"s{seed}-{reward}-pass.eval.json")
+        mean = load(work / f"s{seed}-{reward}-mean.eval.json")
+        by_model = lambda report: {m["model"]: m for m in report["models"]} if report else {}
+        if "warmup" in by_model(warmup):
+            rows[WARMUP][seed] = model_series(by_model(warmup)["warmup"], k)
+        elif "base" in by_model(passk):
+            rows[WARMUP][seed] = model_series(by_model(passk)["base"], k)
+        if "rl" in by_model(passk):
+            rows[rl][seed] = model_series(by_model(passk)["rl"], k)
+        if "rl" in by_model(mean):
+            rows["+ mean RL"][seed] = model_series(by_model(mean)["rl"], k)
+        for report in (warmup, passk, mean):
+            if report and report.get("baselines"):
+                for name, series in baseline_series(report, k).items():
+                    rows[name][seed] = series
+                break
+    return rows
+
+
+def grids(rows, names, figure):
+    """Aligned grids of `figure` for `names`: the seeds every one has, the prompts every one of
+    those has (in sorted id order). Returns (seeds, prompts, [grid per name]) or None."""
+    seeds = sorted(set.intersection(*(set(rows[n]) for n in names)))
+    if not seeds:
+        return None
+    prompt_sets = [
+        {pid for pid, f in rows[n][s].items() if figure in f} for n in names for s in seeds
+    ]
+    prompts = sorted(set.intersection(*prompt_sets))
+    if not prompts:
+        return None
+    return seeds, prompts, [[[rows[n][s][p][figure] for p in prompts] for s in seeds] for n in names]
+
+
+def cell(estimate, percent=False):
+    point, low, high = estimate
+    if math.isnan(point):
+        return "-"
+    if percent:
+        return f"{100 * point:+.1f}% [{100 * low:+.1f}%, {100 * high:+.1f}%]"
+    return f"{point:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def level(values):
+    point, low, high = values
+    return f"{point:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def tables(work, seeds, reward, k, resamples=RESAMPLES, seed=BOOTSTRAP_SEED):
+    """The report for one reward, as lines of text."""
+    rows = collect(work, seeds, reward, k)
+    rl = f"+ pass@{k} RL"
+    models = [WARMUP, rl, "+ mean RL"]
+    if not any(rows[m] for m in models):
+        return [f"reward {reward}: no finished seed with per-prompt figures in {work}"]
+    best, greedy = f"best-of-{k} P(acc)", "greedy P(acc)"
+    figures = ["valid", best, greedy, f"pass@{k}", "pass@16"]
+    options = {"resamples": resamples, "seed": seed}
+    lines = [
+        f"reward {reward}: mean over (seed, prompt) [95% interval of a hierarchical bootstrap,"
+        f" {resamples:,} resamples of seeds, then prompts within seed]",
+        "",
+        "| model | seeds | prompts | " + " | ".join(figures) + " |",
+        "|---" * (len(figures) + 3) + "|",
+    ]
+    for name in models + [LOGGED, RANDOM, ORACLE]:
+        cells, used = [], None
+        for figure in figures:
+            aligned = grids(rows, [name], figure)
+            if aligned is None:
+                cells.append("-")
+                continue
+            s, p, (grid,) = aligned
+            used = used or (s, p)
+            means = resampled_means({"x": grid}, **options)["x"]
+            cells.append(level((mean_of(grid), *_interval(means))))
+        seeds_text = ",".join(map(str, used[0])) if used else "none"
+        prompts_text = str(len(used[1])) if used else "-"
+        lines.append(f"| {name} | {seeds_text} | {prompts_text} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(
+        f"Baselines are one pick per prompt (the same value under greedy and best-of-{k});"
+        " the menu is the world's candidate fixes plus the logged diffs."
+    )
+
+    pairs = [(rl, WARMUP), ("+ mean RL", WARMUP), (rl, "+ mean RL")]
+    pairs += [(m, LOGGED) for m in models] + [(m, ORACLE) for m in models]
+    compared = [best, greedy, f"pass@{k}", "pass@16"]
+    lines += [
+        "",
+        "Paired differences (first − second), mean [95% interval]:",
+        "",
+        "| comparison | seeds | " + " | ".join(compared) + " |",
+        "|---" * (len(compared) + 2) + "|",
+    ]
+    for first, second in pairs:
+        cells, used = [], None
+        for figure in compared:
+            aligned = grids(rows, [first, second], figure)
+            if aligned is None:
+                cells.append("-")
+                continue
+            s, _, (a, b) = aligned
+            used = used or s
+            cells.append(cell(paired_difference(a, b, **options)))
+        if used is None:
+            continue
+        label = f"{first.lstrip('+ ')} − {second.lstrip('+ ')}"
+        lines.append(f"| {label} | {','.join(map(str, used))} | " + " | ".join(cells) + " |")
+
+    lines += [
+        "",
+        "Gap closed from warm-up to the menu oracle, (model − warm-up) / (oracle − warm-up):",
+        "",
+        f"| model | seeds | {best} | {greedy} |",
+        "|---|---|---|---|",
+    ]
+    for name in models[1:]:
+        cells, used = [], None
+        for figure in (best, greedy):
+            aligned = grids(rows, [name, WARMUP, ORACLE], figure)
+            if aligned is None:
+                cells.append("-")
+                continue
+            s, _, (m, w, o) = aligned
+            used = used or s
+            cells.append(cell(gap_closed(m, w, o, **options), percent=True))
+        if used is not None:
+            lines.append(f"| {name.lstrip('+ ')} | {','.join(map(str, used))} | " + " | ".join(cells) + " |")
+
+    per_seed = ["", f"{best} per seed (warm-up / pass@{k} / mean; - = no finished run):"]
+    for seed in seeds:
+        values = []
+        for name in models:
+            series = rows[name].get(seed)
+            got = [f[best] for f in series.values() if best in f] if series else []
+            values.append(f"{sum(got) / len(got):.3f}" if got else "-")
+        per_seed.append(f"  seed {seed}: " + " / ".join(values))
+    return lines + per_seed
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("work", type=Path, help="one world's work directory")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3, 4, 5])
     parser.add_argument("--rewards", nargs="+", default=["sampled"])
     parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--resamples", type=int, default=RESAMPLES)
+    parser.add_argument("--bootstrap-seed", type=int, default=BOOTSTRAP_SEED)
     args = parser.parse_args()
-    cols = columns(args.k)
+    if args.k < 1 or args.resamples < 1:
+        parser.error("--k and --resamples must be at least 1")
     for reward in args.rewards:
-        # A run that did not finish has no evaluation: its row leaves that seed out (and says so).
-        rows = {"warm-up only": {}, f"+ pass@{args.k} RL": {}, "+ mean RL": {}}
-        for seed in args.seeds:
-            passk = load(args.out / f"s{seed}-{reward}-pass.eval.json")
-            mean = load(args.out / f"s{seed}-{reward}-mean.eval.json")
-            if passk is not None:
-                rows["warm-up only"][seed] = passk["base"]
-                rows[f"+ pass@{args.k} RL"][seed] = passk["rl"]
-            if mean is not None:
-                rows["+ mean RL"][seed] = mean["rl"]
-        if not any(rows.values()):
-            print(f"reward {reward}: no finished seed in {args.out}")
-            continue
-        print(f"\nreward {reward} (mean ± sd over the seeds each model finished)\n")
-        print("| model | seeds | " + " | ".join(name for name, _ in cols) + " |")
-        print("|---" * (len(cols) + 2) + "|")
-        for name, per_seed in rows.items():
-            seeds = sorted(per_seed)
-            if not seeds:
-                print(f"| {name} | none | " + " | ".join("-" for _ in cols) + " |")
-                continue
-            cells = []
-            for _, figure in cols:
-                values = [figure(per_seed[s]) for s in seeds]
-                spread = statistics.stdev(values) if len(values) > 1 else 0.0
-                cells.append(f"{statistics.mean(values):.3f} ± {spread:.3f}")
-            print(f"| {name} | {','.join(map(str, seeds))} | " + " | ".join(cells) + " |")
-        best = cols[6]
-        print(f"\n{best[0]} per seed (warm-up / pass@{args.k} / mean; - = run did not finish):")
-        for s in args.seeds:
-            cells = [f"{best[1](rows[n][s]):.3f}" if s in rows[n] else "-" for n in rows]
-            print(f"  seed {s}: " + " / ".join(cells))
+        print()
+        print(
+            "\n".join(
+                tables(args.work, args.seeds, reward, args.k, args.resamples, args.bootstrap_seed)
+            )
+        )
 
 
 if __name__ == "__main__":

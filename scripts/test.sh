@@ -27,5 +27,7 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== python scripts' tests (the experiment table's bootstrap)"
+.venv/bin/python scripts/test_rft_experiment_table.py
 echo "== cargo build --no-default-features (service without libtorch)"
 cargo build --no-default-features --locked --bin arc-rec
