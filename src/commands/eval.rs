@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::export::Split;
 use crate::plot::{Panel, Series, write_png};
 use crate::rft::GraderKind;
-use crate::training::baselines::{Baselines, WorldTruths, baselines};
+use crate::training::baselines::{Baselines, baselines};
 use crate::training::evaluation::{
     EvalSettings, ModelReport, RunModel, evaluate, fill_gap_closed, gap_k, gap_reference,
     load_run_model, run_models,
@@ -24,7 +24,6 @@ use crate::training::evaluation::{
 use crate::training::rollout::tokenize_prompts;
 use crate::training::run_dir::{read_run_data, read_settings, write_atomically};
 use crate::training::{Constrained, DeviceChoice};
-use crate::world::WorldParams;
 
 /// Where `eval` writes its figures inside the run directory.
 pub const EVAL_JSON_FILE: &str = "eval.json";
@@ -121,20 +120,13 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     }
     let grader_kind = args.grader.unwrap_or(settings.grader);
     let grader = settings.grader(grader_kind, held_out.iter().copied())?;
-    // Before any model loads, so a world that does not match the data fails fast.
-    let baselines = match grader_kind {
-        GraderKind::World => {
-            let params = WorldParams {
-                seed: settings.world_seed,
-                outcomes: settings.world_outcomes,
-                ..WorldParams::default()
-            };
-            let truths = WorldTruths::new(params, held_out.iter().copied())
-                .context("the evaluation's baselines")?;
-            Some(baselines(&truths, &held_out).context("the evaluation's baselines")?)
-        }
-        GraderKind::Logged => None,
-    };
+    // Before any model loads, so a world that does not match the data fails fast; judged with
+    // the grader's own world truths.
+    let baselines = grader
+        .world_truths()
+        .map(|truths| baselines(truths, &held_out))
+        .transpose()
+        .context("the evaluation's baselines")?;
     let runtime = trainer::device::Runtime::select(args.device.request())?;
     let eval_settings = EvalSettings {
         n: args.n,

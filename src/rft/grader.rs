@@ -16,8 +16,6 @@
 //!   measuring how much of RL's difficulty is that noise (the `accepted` flag, and so every
 //!   pass@k figure, still comes from the draw).
 
-use std::collections::HashMap;
-
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -25,8 +23,9 @@ use sha2::{Digest, Sha256};
 
 use super::completion::{FormatError, parse_recommendation};
 use super::dataset::RftPrompt;
+use super::world_truths::{WorldTruthError, WorldTruths};
 use crate::export::rewards::{ACCEPTED, FORMAT_VALID, REJECTED};
-use crate::world::{HiddenState, UserProfile, World, WorldError, WorldParams};
+use crate::world::WorldParams;
 
 /// Where verdicts come from (`--grader`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -81,25 +80,10 @@ pub struct Verdict {
 /// A grader that cannot be built for a data set.
 #[derive(Debug, thiserror::Error)]
 pub enum GraderError {
-    #[error("world: {0}")]
-    World(#[from] WorldError),
     #[error(
-        "--grader world: configuration {config_id} (prompt {prompt}) is not in the world of seed {seed} with {outcomes} outcomes; \
-         give the --world-seed and --world-outcomes the data was simulated with, or use --grader logged"
+        "--grader world: {0}; give the --world-seed and --world-outcomes the data was simulated with, or use --grader logged"
     )]
-    UnknownConfig {
-        prompt: String,
-        config_id: String,
-        seed: u64,
-        outcomes: usize,
-    },
-}
-
-/// The owner and hidden circumstances of one configuration.
-#[derive(Debug, Clone)]
-struct ConfigTruth {
-    user: UserProfile,
-    hidden: HiddenState,
+    World(#[from] WorldTruthError),
 }
 
 /// Grades completions.
@@ -114,8 +98,7 @@ pub struct Grader {
 enum Source {
     Logged,
     World {
-        /// `config_id` → its truth.
-        truths: HashMap<String, ConfigTruth>,
+        truths: WorldTruths,
         reward: WorldReward,
     },
 }
@@ -137,34 +120,19 @@ impl Grader {
         reward: WorldReward,
         format_bonus: bool,
     ) -> Result<Self, GraderError> {
-        let (seed, outcomes) = (params.seed, params.outcomes);
-        let world = World::new(params)?;
-        let truths: HashMap<String, ConfigTruth> = world
-            .config_truths()
-            .map(|t| {
-                (
-                    t.config_id,
-                    ConfigTruth {
-                        user: t.user,
-                        hidden: t.hidden,
-                    },
-                )
-            })
-            .collect();
-        for prompt in prompts {
-            if !truths.contains_key(&prompt.config_id) {
-                return Err(GraderError::UnknownConfig {
-                    prompt: prompt.id.clone(),
-                    config_id: prompt.config_id.clone(),
-                    seed,
-                    outcomes,
-                });
-            }
-        }
+        let truths = WorldTruths::new(params, prompts)?;
         Ok(Grader {
             format_bonus,
             source: Source::World { truths, reward },
         })
+    }
+
+    /// The world's truths this grader judges with (`None` for the logged grader).
+    pub fn world_truths(&self) -> Option<&WorldTruths> {
+        match &self.source {
+            Source::World { truths, .. } => Some(truths),
+            Source::Logged => None,
+        }
     }
 
     pub fn kind(&self) -> GraderKind {
@@ -190,17 +158,11 @@ impl Grader {
                 None,
                 None,
             ),
-            Source::World { truths, .. } => match truths.get(&prompt.config_id) {
-                Some(truth) => {
-                    let ground = crate::world::GroundTruth;
-                    let probability = ground.acceptance_probability(
-                        &truth.user,
-                        &truth.hidden,
-                        &prompt.current_config,
-                        &parsed.patch,
-                    );
-                    let effect =
-                        ground.effect(&truth.hidden, &prompt.current_config, &parsed.patch);
+            Source::World { truths, .. } => match (
+                truths.acceptance_probability(prompt, &parsed.patch),
+                truths.effect(prompt, &parsed.patch),
+            ) {
+                (Ok(probability), Ok(effect)) => {
                     let u: f64 = verdict_rng(draw, &prompt.id, &parsed.canonical).random();
                     (
                         u < probability,
@@ -209,7 +171,7 @@ impl Grader {
                     )
                 }
                 // `Grader::world` checked its prompts; one it never saw gets no credit.
-                None => (false, None, None),
+                _ => (false, None, None),
             },
         };
         let base = match (&self.source, acceptance_probability) {
@@ -269,6 +231,7 @@ mod tests {
     use super::*;
     use crate::export::Split;
     use crate::rft::dataset::LoggedVerdicts;
+    use crate::world::World;
 
     fn prompt(config_id: &str, current: Value) -> RftPrompt {
         let mut logged = BTreeMap::new();

@@ -24,31 +24,19 @@
 //! and the logged diffs are always in the menu, so the menu holds every answer the platform
 //! proposed there.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::rft::{RftPrompt, canonical_answer};
-use crate::world::{
-    GroundTruth, HiddenState, ObservedFailure, UserProfile, World, WorldError, WorldParams,
-    candidate_diffs,
-};
+use crate::rft::{RftPrompt, WorldTruthError, WorldTruths, canonical_answer};
+use crate::world::{ObservedFailure, candidate_diffs};
 
 /// Baselines that cannot be computed.
 #[derive(Debug, thiserror::Error)]
 pub enum BaselineError {
-    #[error("world: {0}")]
-    World(#[from] WorldError),
-    #[error(
-        "configuration {config_id} (prompt {prompt}) is not in the world of seed {seed} with {outcomes} outcomes"
-    )]
-    UnknownConfig {
-        prompt: String,
-        config_id: String,
-        seed: u64,
-        outcomes: usize,
-    },
+    #[error(transparent)]
+    Truth(#[from] WorldTruthError),
     #[error("prompt {prompt}: logged answer {answer:?} is not a JSON merge patch: {source}")]
     LoggedAnswer {
         prompt: String,
@@ -58,71 +46,6 @@ pub enum BaselineError {
     },
     #[error("prompt {prompt}: no candidate fix and no logged diff, so no menu to pick from")]
     EmptyMenu { prompt: String },
-}
-
-/// The owner and hidden circumstances of every configuration of a set of prompts.
-#[derive(Debug, Clone)]
-pub struct WorldTruths {
-    /// `config_id` → (owner, hidden state).
-    truths: HashMap<String, (UserProfile, HiddenState)>,
-    /// The world's seed and outcomes, for errors.
-    seed: u64,
-    outcomes: usize,
-}
-
-impl WorldTruths {
-    /// Draws the world `params` describes and keeps the truth of the configurations `prompts`
-    /// name; every one must be in that world (as the world grader requires).
-    pub fn new<'a>(
-        params: WorldParams,
-        prompts: impl IntoIterator<Item = &'a RftPrompt>,
-    ) -> Result<Self, BaselineError> {
-        let (seed, outcomes) = (params.seed, params.outcomes);
-        let world = World::new(params)?;
-        let mut all: HashMap<String, (UserProfile, HiddenState)> = world
-            .config_truths()
-            .map(|t| (t.config_id, (t.user, t.hidden)))
-            .collect();
-        let mut truths = HashMap::new();
-        for prompt in prompts {
-            if truths.contains_key(&prompt.config_id) {
-                continue;
-            }
-            let truth =
-                all.remove(&prompt.config_id)
-                    .ok_or_else(|| BaselineError::UnknownConfig {
-                        prompt: prompt.id.clone(),
-                        config_id: prompt.config_id.clone(),
-                        seed,
-                        outcomes,
-                    })?;
-            truths.insert(prompt.config_id.clone(), truth);
-        }
-        Ok(Self {
-            truths,
-            seed,
-            outcomes,
-        })
-    }
-
-    /// The true probability that the owner of `prompt`'s configuration accepts `patch` over its
-    /// current configuration.
-    fn acceptance_probability(
-        &self,
-        prompt: &RftPrompt,
-        patch: &Value,
-    ) -> Result<f64, BaselineError> {
-        let (user, hidden) =
-            self.truths
-                .get(&prompt.config_id)
-                .ok_or_else(|| BaselineError::UnknownConfig {
-                    prompt: prompt.id.clone(),
-                    config_id: prompt.config_id.clone(),
-                    seed: self.seed,
-                    outcomes: self.outcomes,
-                })?;
-        Ok(GroundTruth.acceptance_probability(user, hidden, &prompt.current_config, patch))
-    }
 }
 
 /// One answer of a prompt's menu.
@@ -348,6 +271,7 @@ mod tests {
     use super::*;
     use crate::export::Split;
     use crate::rft::dataset::LoggedVerdicts;
+    use crate::world::{GroundTruth, World, WorldParams};
 
     fn item(answer: &str, p: f64, proposed: u32, candidate: bool) -> MenuItem {
         MenuItem {
