@@ -117,6 +117,8 @@ pub struct TrainArgs {
     pub lora_r: i64,
     #[arg(long, default_value_t = 32.0)]
     pub lora_alpha: f64,
+    /// Dropout on the LoRA adapters' input in the warm-up's steps; RL scores its samples with
+    /// it off, as they were drawn.
     #[arg(long, default_value_t = 0.0)]
     pub lora_dropout: f64,
     /// Most tokens per sampled completion.
@@ -162,6 +164,7 @@ pub struct TrainArgs {
     /// groups carry signal (not all advantages zero), at most --max-sampling-rounds rounds.
     #[arg(long)]
     pub dynamic_sampling: bool,
+    /// Most rounds of --prompts-per-step prompts a step draws with --dynamic-sampling.
     #[arg(long, default_value_t = 3)]
     pub max_sampling_rounds: usize,
     /// Keep groups whose advantages are all zero in the update (they add nothing but cost).
