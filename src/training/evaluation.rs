@@ -22,7 +22,8 @@ use trainer::peft::load_adapter;
 use super::baselines::gap_closed;
 use super::rollout::{PromptTokens, Sampling, rollout};
 use super::run_dir::{FINAL_ADAPTER_DIR, WARMUP_MODEL_DIR};
-use super::session::{derive_seed, lora_config, rl_base};
+use super::seeds::derive_seed;
+use super::session::{lora_config, rl_base};
 use super::settings::TrainSettings;
 use crate::rft::Grader;
 

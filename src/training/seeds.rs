@@ -51,11 +51,17 @@ impl StepSeeds {
     pub fn of(&self, stream: Stream, parts: &[u64]) -> u64 {
         let mut all = vec![self.seed, stream as u64, self.step];
         all.extend_from_slice(parts);
-        if self.salt > 0 {
-            all.push(u64::from(self.salt) | (1 << 40));
-        }
-        derive_seed(&all)
+        salted_seed(all, self.salt)
     }
+}
+
+/// [`derive_seed`] of `parts` with the rollback salt appended (tagged so it cannot collide with
+/// a step or index); salt 0 appends nothing, so runs without a rollback keep their seeds.
+pub fn salted_seed(mut parts: Vec<u64>, salt: u32) -> u64 {
+    if salt > 0 {
+        parts.push(u64::from(salt) | (1 << 40));
+    }
+    derive_seed(&parts)
 }
 
 /// An endless sequence of shuffled epochs over `0..len`, reshuffled per epoch from the seed.

@@ -29,9 +29,7 @@ use super::rollout::{
     PromptTokens, RlRolloutContext, collect_rl_batch, recommendation_grammar, tokenize_prompts,
 };
 use super::run_dir::{Checkpoint, CheckpointState, FINAL_ADAPTER_DIR, RunDir, WARMUP_MODEL_DIR};
-// Eval keys its tie-breaks with the same mixer.
-pub(super) use super::seeds::derive_seed;
-use super::seeds::{EpochOrder, StepSeeds, Stream};
+use super::seeds::{EpochOrder, StepSeeds, Stream, derive_seed, salted_seed};
 use super::settings::TrainSettings;
 use super::update::{policy_update, score_batch};
 use super::warmup::{SftExample, sft_examples, warmup_step};
@@ -258,13 +256,7 @@ impl Orders {
         examples: &[SftExample],
         salt: u32,
     ) -> Self {
-        let seed_of = |stream: Stream| {
-            let mut parts = vec![settings.seed, stream as u64];
-            if salt > 0 {
-                parts.push(u64::from(salt) | (1 << 40));
-            }
-            derive_seed(&parts)
-        };
+        let seed_of = |stream: Stream| salted_seed(vec![settings.seed, stream as u64], salt);
         Self {
             rl: EpochOrder::new(prompts.len(), seed_of(Stream::RlOrder)),
             sft: EpochOrder::new(examples.len(), seed_of(Stream::SftOrder)),
