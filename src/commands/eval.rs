@@ -351,6 +351,20 @@ fn print_table(report: &EvalReport) {
             );
         }
     }
+    for model in &report.models {
+        if !model.format_errors.is_empty() {
+            let reasons: Vec<String> = model
+                .format_errors
+                .iter()
+                .map(|(reason, count)| format!("{reason} {count}"))
+                .collect();
+            println!(
+                "{}: malformed samples by reason: {}",
+                model.model.label(),
+                reasons.join(", ")
+            );
+        }
+    }
 }
 
 fn panels(report: &EvalReport) -> Vec<Panel> {

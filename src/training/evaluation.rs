@@ -5,6 +5,7 @@
 //! compared prompt by prompt (paired), and with [`super::baselines`] the share of the gap to the
 //! menu oracle a model closes.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -167,6 +168,11 @@ pub struct ModelReport {
     pub prompts: usize,
     /// Share of the sampled completions that are well-formed recommendations.
     pub format_validity: f64,
+    /// The malformed sampled completions by reason (`FormatError::kind`: `no_change`,
+    /// `invalid_result`, ...), so a validity below 1 says what is left to fix; greedy ones are
+    /// not counted.
+    #[serde(default)]
+    pub format_errors: BTreeMap<String, u64>,
     /// `pass_at[k − 1]`: unbiased pass@k (accepted), k = 1..n.
     pub pass_at: Vec<f64>,
     /// `maj_at[k − 1]`: maj@k, the acceptance of the most frequent answer of k samples.
@@ -321,6 +327,9 @@ pub fn evaluate(
             let mut valid = 0.0;
             for sample in &group.samples {
                 valid += f64::from(u8::from(sample.verdict.format_valid));
+                if let Some(reason) = sample.verdict.format_error {
+                    *sums.format_errors.entry(reason.to_owned()).or_insert(0) += 1;
+                }
                 sums.reliability_gain += sample.verdict.reliability_gain.unwrap_or(0.0);
             }
             sums.valid += valid;
@@ -349,6 +358,7 @@ pub fn evaluate(
         path: path.to_owned(),
         prompts: prompts.len(),
         format_validity: sums.valid / samples,
+        format_errors: sums.format_errors,
         pass_at: mean(sums.pass_at),
         maj_at: mean(sums.maj_at),
         greedy: GreedyFigures {
@@ -372,6 +382,7 @@ struct Sums {
     maj_at: Vec<f64>,
     best_of: Vec<f64>,
     valid: f64,
+    format_errors: BTreeMap<String, u64>,
     reliability_gain: f64,
     greedy_valid: f64,
     greedy_accepted: f64,
@@ -387,6 +398,7 @@ impl Sums {
             maj_at: vec![0.0; n],
             best_of: vec![0.0; n],
             valid: 0.0,
+            format_errors: BTreeMap::new(),
             reliability_gain: 0.0,
             greedy_valid: 0.0,
             greedy_accepted: 0.0,
@@ -408,6 +420,7 @@ mod tests {
             path: PathBuf::from("m"),
             prompts: 1,
             format_validity: 1.0,
+            format_errors: BTreeMap::new(),
             pass_at: vec![0.5; n],
             maj_at: vec![0.5; n],
             greedy: GreedyFigures {

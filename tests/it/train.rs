@@ -386,6 +386,18 @@ async fn eval_compares_the_base_warm_up_and_rl_models_on_held_out_prompts() {
         }
         let validity = model["format_validity"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&validity));
+        // Every malformed sample is counted once, under its reason.
+        let malformed: u64 = model["format_errors"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|count| count.as_u64().unwrap())
+            .sum();
+        let samples = (prompts * 4) as f64;
+        assert!(
+            (malformed as f64 - (1.0 - validity) * samples).abs() < 1e-6,
+            "{malformed} malformed of {samples} samples at validity {validity}"
+        );
         assert!(model["greedy"]["acceptance_probability"].is_f64());
     }
     let written: serde_json::Value =
