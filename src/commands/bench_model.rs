@@ -16,10 +16,10 @@ use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use trainer::bench_model::{
-    GenerationThroughput, RlStepThroughput, Throughput, generation_throughput, median,
-    parameter_count, qwen2_5_0_5b_config, qwen2_5_7b_config, random_model, random_prompt,
-    rl_step_throughput, run_reference_bench, seed_torch, train_step_throughput_with,
-    use_torch_threads,
+    GenerationThroughput, RlStepThroughput, Throughput, constrained_generation_throughput,
+    generation_throughput, median, parameter_count, qwen2_5_0_5b_config, qwen2_5_7b_config,
+    random_model, random_prompt, rl_step_throughput, run_reference_bench, seed_torch,
+    train_step_throughput_with, use_torch_threads,
 };
 use trainer::device::Runtime;
 
@@ -51,15 +51,21 @@ pub enum Phase {
     /// k samples, then one policy-gradient step on them.
     #[value(name = "rl_step")]
     RlStep,
+    /// `generate` of k samples under the recommendation grammar (`--constrained on`),
+    /// temperature 1, each ending where the grammar does: the grammar mask's cost per token.
+    /// arc-rec only (the reference has no grammar).
+    #[value(name = "generate_k_constrained")]
+    GenerateKConstrained,
 }
 
 impl Phase {
     /// Every phase, in report order.
-    const ALL: [Phase; 4] = [
+    const ALL: [Phase; 5] = [
         Phase::GenerateBatch1,
         Phase::GenerateK,
         Phase::LoraTrainStep,
         Phase::RlStep,
+        Phase::GenerateKConstrained,
     ];
 
     fn name(self) -> &'static str {
@@ -68,7 +74,13 @@ impl Phase {
             Phase::GenerateK => "generate_k",
             Phase::LoraTrainStep => "lora_train_step",
             Phase::RlStep => "rl_step",
+            Phase::GenerateKConstrained => "generate_k_constrained",
         }
+    }
+
+    /// Whether the PyTorch reference runs this phase too.
+    fn has_reference(self) -> bool {
+        !matches!(self, Phase::GenerateKConstrained)
     }
 }
 
@@ -185,6 +197,12 @@ pub struct BenchModelArgs {
     /// sides (auto: on above 1B parameters, as the reference decides by itself).
     #[arg(long, value_enum, default_value_t = Checkpointing::Auto)]
     pub gradient_checkpointing: Checkpointing,
+    /// The tokenizer directory (tokenizer.json, tokenizer_config.json) the
+    /// generate_k_constrained phase compiles the recommendation grammar over [default: the
+    /// checkpoint's; for the qwen2.5 shapes the tiny preset's, whose 1,024 tokens make the mask
+    /// cheaper than Qwen2.5's 151,665 would: pass a Qwen2.5 checkpoint's directory for its cost].
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -280,6 +298,24 @@ impl From<&RlStepThroughput> for RlStepFigures {
     }
 }
 
+/// The constrained generation phase: its throughput and the grammar's share of it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ConstrainedFigures {
+    #[serde(flatten)]
+    generation: PhaseFigures,
+    /// The grammar's host seconds in every timed run.
+    mask_seconds: Vec<f64>,
+    /// The grammar's median share of a run's wall time.
+    mask_share: f64,
+    /// The grammar's median milliseconds per generated token.
+    mask_ms_per_token: f64,
+    /// Samples that completed the grammar (ended on a stop token) rather than hit the limit.
+    completed: usize,
+    /// The tokenizer the grammar was compiled over, and its vocabulary.
+    tokenizer: String,
+    tokenizer_vocab: usize,
+}
+
 /// Our phases; a phase not run (`--phases`) is `null`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct OurFigures {
@@ -288,6 +324,8 @@ struct OurFigures {
     lora_train_step: Option<PhaseFigures>,
     #[serde(default)]
     rl_step: Option<RlStepFigures>,
+    #[serde(default)]
+    generate_k_constrained: Option<ConstrainedFigures>,
     /// Values AdamW updates in the training phases.
     trainable_parameters: Option<i64>,
     /// lora_train_step's losses.
@@ -301,6 +339,10 @@ impl OurFigures {
             "generate_k" => self.generate_k.as_ref(),
             "lora_train_step" => self.lora_train_step.as_ref(),
             "rl_step" => self.rl_step.as_ref().map(|rl| &rl.step),
+            "generate_k_constrained" => self
+                .generate_k_constrained
+                .as_ref()
+                .map(|constrained| &constrained.generation),
             _ => None,
         }
     }
@@ -403,7 +445,9 @@ pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
         );
     }
     let sizes = Sizes::resolve(args);
-    let reference_wanted = !args.no_reference;
+    let phases = selected_phases(args);
+    let reference_phases = phases.iter().any(|phase| phase.has_reference());
+    let reference_wanted = !args.no_reference && reference_phases;
 
     // The tiny preset lives in a temporary directory both sides load.
     let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
@@ -419,17 +463,40 @@ pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
         }
         (None, _) => None,
     };
+    // The grammar of generate_k_constrained needs a tokenizer; the random shapes have none.
+    let tokenizer = match (&args.tokenizer, &checkpoint) {
+        _ if !phases.contains(&Phase::GenerateKConstrained) => None,
+        (Some(dir), _) => Some(dir.clone()),
+        (None, Some(dir)) => Some(dir.clone()),
+        (None, None) => {
+            let dir = scratch.path().join("tiny-tokenizer");
+            progress("writing the tiny preset for its tokenizer");
+            let corpus = crate::commands::model::tokenizer_corpus(TINY_SEED, TINY_CORPUS_OUTCOMES)?;
+            trainer::preset::write_tiny_checkpoint(&dir, TINY_SEED, &corpus)
+                .with_context(|| format!("cannot write the tiny preset to {}", dir.display()))?;
+            Some(dir)
+        }
+    };
+    let sources = Sources {
+        checkpoint: checkpoint.as_deref(),
+        tokenizer: tokenizer.as_deref(),
+    };
 
-    let (mut settings, ours) = if reference_wanted {
-        measure_in_child(args, runtime, threads, sizes, checkpoint.as_deref())?
+    let (mut settings, mut ours) = if reference_wanted {
+        measure_in_child(args, runtime, threads, sizes, sources)?
     } else {
-        measure_here(args, runtime, threads, sizes, checkpoint.as_deref())?
+        measure_here(args, runtime, threads, sizes, sources)?
     };
     // The measuring code saw a directory; name the preset instead of a temporary path.
     if args.checkpoint.is_none() {
         settings.shape = Some(args.shape);
         if args.shape == ModelShape::Tiny {
             settings.model = format!("tiny preset, seed {TINY_SEED}");
+        }
+        if args.tokenizer.is_none()
+            && let Some(constrained) = &mut ours.generate_k_constrained
+        {
+            constrained.tokenizer = format!("the tiny preset's (seed {TINY_SEED})");
         }
     }
 
@@ -438,8 +505,13 @@ pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
             Ok(value) => (Some(value), None),
             Err(err) => (None, Some(format!("{err:#}"))),
         }
-    } else {
+    } else if args.no_reference {
         (None, Some("not run (--no-reference)".to_owned()))
+    } else {
+        (
+            None,
+            Some("not run: none of the phases asked for has a PyTorch counterpart".to_owned()),
+        )
     };
     let comparison = match &reference {
         Some(reference) => compare(&settings, &ours, reference)?,
@@ -469,14 +541,24 @@ fn progress(message: &str) {
     eprintln!("bench model: {message}");
 }
 
-/// Measures our three phases in this process.
+/// Where the measured model and the constrained phase's tokenizer come from.
+#[derive(Debug, Clone, Copy)]
+struct Sources<'a> {
+    /// The checkpoint to load; `None` for a random shape.
+    checkpoint: Option<&'a Path>,
+    /// The tokenizer directory of generate_k_constrained (when it runs).
+    tokenizer: Option<&'a Path>,
+}
+
+/// Measures our phases in this process.
 fn measure_here(
     args: &BenchModelArgs,
     runtime: Runtime,
     threads: u32,
     sizes: Sizes,
-    checkpoint: Option<&Path>,
+    sources: Sources<'_>,
 ) -> anyhow::Result<(Settings, OurFigures)> {
+    let checkpoint = sources.checkpoint;
     let lora = LoraConfig::default();
     seed_torch(args.seed);
     let (model, name) = match checkpoint {
@@ -521,6 +603,7 @@ fn measure_here(
         generate_k: None,
         lora_train_step: None,
         rl_step: None,
+        generate_k_constrained: None,
         trainable_parameters: None,
         train_losses: Vec::new(),
     };
@@ -572,6 +655,18 @@ fn measure_here(
                 figures.rl_step = Some((&rl).into());
                 figures.trainable_parameters = Some(rl.trainable_parameters);
             }
+            Phase::GenerateKConstrained => {
+                let dir = sources
+                    .tokenizer
+                    .context("generate_k_constrained needs a tokenizer directory (--tokenizer)")?;
+                progress(&format!(
+                    "generating k={} samples under the recommendation grammar (tokenizer {})",
+                    sizes.samples,
+                    dir.display()
+                ));
+                figures.generate_k_constrained =
+                    Some(constrained_k(&model, &prompt, dir, sizes, warmup, repeats)?);
+            }
         }
     }
     let settings = Settings {
@@ -602,21 +697,68 @@ fn measure_here(
     Ok((settings, figures))
 }
 
+/// The generate_k_constrained phase: k samples of `prompt` under the recommendation grammar
+/// compiled over the tokenizer in `dir`.
+fn constrained_k(
+    model: &CausalLm,
+    prompt: &[i64],
+    dir: &Path,
+    sizes: Sizes,
+    warmup: usize,
+    repeats: usize,
+) -> anyhow::Result<ConstrainedFigures> {
+    let tokenizer = trainer::tokenizer::Tokenizer::from_dir(dir)
+        .with_context(|| format!("--tokenizer {}: cannot read its tokenizer", dir.display()))?;
+    let vocab_size = usize::try_from(model.config().vocab_size)?;
+    let grammar = trainer::grammar::Grammar::over_tokenizer(
+        &tokenizer,
+        &crate::rft::schema::recommendation_schema(),
+        vocab_size,
+    )
+    .with_context(|| {
+        format!(
+            "--tokenizer {}: cannot compile the recommendation grammar over it",
+            dir.display()
+        )
+    })?;
+    let run = constrained_generation_throughput(
+        model,
+        prompt,
+        sizes.samples as usize,
+        sizes.new_tokens as usize,
+        &grammar,
+        warmup,
+        repeats,
+    )?;
+    Ok(ConstrainedFigures {
+        generation: (&run.throughput).into(),
+        mask_share: run.mask_share(),
+        mask_ms_per_token: run.mask_ms_per_token(),
+        mask_seconds: run.mask_seconds,
+        completed: run.completed,
+        tokenizer: dir.display().to_string(),
+        tokenizer_vocab: grammar.tokenizer_vocab_size(),
+    })
+}
+
 /// Measures our side in a child process (see the module docs) and reads back its JSON.
 fn measure_in_child(
     args: &BenchModelArgs,
     runtime: Runtime,
     threads: u32,
     sizes: Sizes,
-    checkpoint: Option<&Path>,
+    sources: Sources<'_>,
 ) -> anyhow::Result<(Settings, OurFigures)> {
     let exe = std::env::current_exe().context("cannot find this executable to re-run it")?;
     let mut command = Command::new(&exe);
     command.args(["bench", "model", "--no-reference", "--json"]);
-    match checkpoint {
+    match sources.checkpoint {
         Some(dir) => command.arg("--checkpoint").arg(dir),
         None => command.args(["--shape", args.shape.name()]),
     };
+    if let Some(dir) = sources.tokenizer {
+        command.arg("--tokenizer").arg(dir);
+    }
     let phases: Vec<&str> = selected_phases(args).into_iter().map(Phase::name).collect();
     command.arg("--phases").arg(phases.join(","));
     command.args([
@@ -725,8 +867,15 @@ fn run_reference(
         }
         .into(),
     );
+    // Only the phases it has; the others are ours alone.
+    let phases: Vec<&str> = Phase::ALL
+        .into_iter()
+        .filter(|phase| phase.has_reference())
+        .map(Phase::name)
+        .filter(|name| settings.phases.iter().any(|run| run == name))
+        .collect();
     owned.push("--phases".into());
-    owned.push(settings.phases.join(","));
+    owned.push(phases.join(","));
     let device = device_flag(runtime);
     let numbers = [
         ("--prompt-len", u64::from(settings.prompt_tokens)),
@@ -767,6 +916,7 @@ fn compare(
 ) -> anyhow::Result<Vec<Comparison>> {
     Phase::ALL
         .iter()
+        .filter(|phase| phase.has_reference())
         .map(|phase| phase.name())
         .filter(|phase| settings.phases.iter().any(|run| run == phase))
         .map(|phase| {
@@ -898,6 +1048,28 @@ fn print_table(report: &Report) {
                 || "-".to_owned(),
                 |(generate, train)| format!("generate {generate:.4} + train {train:.4}")
             )
+        );
+    }
+    if let Some(constrained) = &report.arc_rec.generate_k_constrained {
+        let free = report.arc_rec.generate_k.as_ref().map_or_else(
+            || "-".to_owned(),
+            |free| {
+                format!(
+                    "{:.4}",
+                    1e3 * free.seconds_median / free.tokens_per_run as f64
+                )
+            },
+        );
+        let per_token = 1e3 * constrained.generation.seconds_median
+            / constrained.generation.tokens_per_run as f64;
+        println!(
+            "generate_k_constrained: the grammar took {:.4} ms per token, {:.1}% of generation time (goal < 10%); {per_token:.4} ms per token constrained, {free} unconstrained (generate_k); {} of {} samples completed the grammar; tokenizer {} ({} tokens)",
+            constrained.mask_ms_per_token,
+            100.0 * constrained.mask_share,
+            constrained.completed,
+            settings.samples,
+            constrained.tokenizer,
+            constrained.tokenizer_vocab,
         );
     }
     let our_peak = Phase::ALL

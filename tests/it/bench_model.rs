@@ -113,6 +113,13 @@ fn bench_model_compares_every_phase_with_the_pytorch_reference_on_the_same_work(
         assert_eq!(side["losses"].as_array().map(Vec::len), Some(3));
     }
     assert_eq!(report["settings"]["gradient_checkpointing"], false);
+    // The constrained phase is ours alone: measured, never sent to the reference.
+    let constrained = &report["arc_rec"]["generate_k_constrained"];
+    let tokens = constrained["tokens_per_run"].as_i64().unwrap();
+    assert!((1..=32).contains(&tokens), "{tokens}: at most 4 × 8");
+    let share = constrained["mask_share"].as_f64().unwrap();
+    assert!(share > 0.0 && share < 1.0, "{share}");
+    assert_eq!(reference.get("generate_k_constrained"), None);
     let row = &comparison[3];
     assert!(row["arc_rec_seconds"].as_f64().unwrap() > 0.0);
     assert!(row["reference_seconds"].as_f64().unwrap() > 0.0);
@@ -147,6 +154,38 @@ fn bench_model_without_the_reference_reports_why_and_fails_only_when_it_was_aske
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("--reference was asked for") && stderr.contains(missing),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bench_model_measures_the_grammar_alone_and_names_a_bad_tokenizer() {
+    let report = report(&bench_model(&["--phases", "generate_k_constrained"]));
+    let reason = report["reference_error"].as_str().unwrap();
+    assert!(reason.contains("PyTorch counterpart"), "{reason}");
+    let constrained = &report["arc_rec"]["generate_k_constrained"];
+    assert_eq!(
+        constrained["mask_seconds"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert!(constrained["mask_ms_per_token"].as_f64().unwrap() > 0.0);
+    let vocab = constrained["tokenizer_vocab"].as_u64().unwrap();
+    assert!(
+        (256..=1024).contains(&vocab),
+        "the tiny preset's byte-level BPE: {vocab}"
+    );
+    assert_eq!(report["arc_rec"]["generate_k"], Value::Null);
+
+    let output = bench_model(&[
+        "--phases",
+        "generate_k_constrained",
+        "--tokenizer",
+        "/nonexistent/tokenizer",
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--tokenizer /nonexistent/tokenizer"),
         "{stderr}"
     );
 }

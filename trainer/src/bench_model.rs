@@ -366,6 +366,94 @@ pub fn generation_throughput(
     })
 }
 
+/// Generation of k samples under a grammar, and the share of it the grammar took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConstrainedThroughput {
+    /// Timings; tokens are the new tokens of every sample (each ends where the grammar does, or
+    /// at the limit).
+    pub throughput: Throughput,
+    /// Samples per run.
+    pub sequences: usize,
+    /// Host seconds the grammar took in every timed run (`GenerationCounters::mask_time`).
+    pub mask_seconds: Vec<f64>,
+    /// Samples of a run that ended on a stop token (the grammar complete) rather than the limit.
+    pub completed: usize,
+}
+
+impl ConstrainedThroughput {
+    /// The grammar's median share of a run's wall time.
+    pub fn mask_share(&self) -> f64 {
+        median(&self.mask_seconds) / self.throughput.median_s
+    }
+
+    /// The grammar's median milliseconds per generated token.
+    pub fn mask_ms_per_token(&self) -> f64 {
+        1e3 * median(&self.mask_seconds) / self.throughput.tokens_per_repeat as f64
+    }
+}
+
+/// Times [`generate`] of `sequences` samples of `prompt` at temperature 1, each masked to
+/// `grammar` and ending at its stop ids or after `max_new_tokens`; the grammar's own host time is
+/// read from the generation's counters. The same seed every run, so every run draws the same
+/// samples (checked): the token count of the first run is the count of all.
+pub fn constrained_generation_throughput(
+    model: &CausalLm,
+    prompt: &[i64],
+    sequences: usize,
+    max_new_tokens: usize,
+    grammar: &crate::grammar::Grammar,
+    warmup: usize,
+    repeats: usize,
+) -> Result<ConstrainedThroughput, BenchError> {
+    if sequences == 0 || max_new_tokens == 0 {
+        return Err(BenchError::Settings(format!(
+            "constrained generation needs at least one sequence and one new token, got {sequences} × {max_new_tokens}"
+        )));
+    }
+    let mut request = GenerationRequest::new(vec![prompt.to_vec()]);
+    request.num_samples = sequences;
+    request.max_new_tokens = max_new_tokens;
+    request.temperature = 1.0;
+    request.eos_token_ids = grammar.stop_ids().iter().map(|&id| i64::from(id)).collect();
+    request.grammar = Some(grammar);
+    let first = generate(model, &request)?;
+    let tokens = first.counters.new_tokens;
+    let completed = first
+        .samples
+        .iter()
+        .filter(|sample| sample.finish_reason == crate::generate::FinishReason::Eos)
+        .count();
+    let mut mask_seconds = Vec::with_capacity(repeats);
+    let mut runs = 0;
+    let throughput = measure(
+        model.runtime().device,
+        warmup,
+        repeats,
+        i64::try_from(tokens).unwrap_or(0),
+        || {
+            let generation = generate(model, &request)?;
+            if generation.counters.new_tokens != tokens {
+                return Err(BenchError::Settings(format!(
+                    "constrained generation returned {} new tokens, the first run {tokens}: the runs did not draw the same samples",
+                    generation.counters.new_tokens
+                )));
+            }
+            // The first `warmup` calls are not timed.
+            runs += 1;
+            if runs > warmup {
+                mask_seconds.push(generation.counters.mask_time.as_secs_f64());
+            }
+            Ok(())
+        },
+    )?;
+    Ok(ConstrainedThroughput {
+        throughput,
+        sequences,
+        mask_seconds,
+        completed,
+    })
+}
+
 /// Sets libtorch's intra-op CPU thread count to `threads`, or leaves libtorch's default (the
 /// physical cores) when `None`, and returns the count in force. Both sides of the benchmark must
 /// use the same count; the reference gets it as `--threads`.

@@ -109,16 +109,10 @@ impl ChatPolicy {
     /// `schema` compiled over this checkpoint's tokenizer, ending at its stop ids, for
     /// constrained generation ([`crate::generate::GenerationRequest::grammar`]).
     pub fn grammar(&self, schema: &serde_json::Value) -> Result<Grammar, ChatPolicyError> {
-        let json = self
-            .tokenizer
-            .inner()
-            .to_string(false)
-            .map_err(|e| ChatPolicyError::Grammar(GrammarError::Tokenizer(e.to_string())))?;
         let vocab_size = usize::try_from(self.model.config().vocab_size).unwrap_or(0);
-        Ok(Grammar::from_json_schema(
-            json.as_bytes(),
+        Ok(Grammar::over_tokenizer(
+            &self.tokenizer,
             schema,
-            &self.stop_ids,
             vocab_size,
         )?)
     }

@@ -190,6 +190,26 @@ impl Grammar {
         })
     }
 
+    /// Compiles `schema` over `tokenizer`, ending at its stop ids (`SpecialTokens::stop_ids`), for
+    /// a model of `vocab_size` embedding rows.
+    pub fn over_tokenizer(
+        tokenizer: &crate::tokenizer::Tokenizer,
+        schema: &serde_json::Value,
+        vocab_size: usize,
+    ) -> Result<Self, GrammarError> {
+        let json = tokenizer
+            .inner()
+            .to_string(false)
+            .map_err(|e| GrammarError::Tokenizer(e.to_string()))?;
+        let stop_ids: Vec<i64> = tokenizer
+            .special_tokens()
+            .stop_ids
+            .iter()
+            .map(|&id| i64::from(id))
+            .collect();
+        Self::from_json_schema(json.as_bytes(), schema, &stop_ids, vocab_size)
+    }
+
     /// A fresh matcher at the start of a completion.
     pub fn matcher(&self) -> Result<TokenMatcher, GrammarError> {
         let matcher = self.inner.proto.deep_clone();

@@ -607,3 +607,46 @@ fn constrained_samples_score_in_the_trainer_as_the_sampler_drew_them() {
         "the mask should change the log-probs ({unmasked})"
     );
 }
+
+/// `bench model`'s constrained phase: every timed run draws the same samples, and the grammar's
+/// host time is counted inside each run's wall time (and is zero without a grammar).
+#[test]
+fn the_bench_times_the_grammar_inside_constrained_generation() {
+    use trainer::bench_model::constrained_generation_throughput;
+    use trainer::chat_policy::ChatPolicy;
+    use trainer::device::{DeviceRequest, Runtime};
+    use trainer::generate::{GenerationRequest, generate};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (_, tokenizer) = tiny_tokenizer(dir.path());
+    let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
+    let (policy, _) = ChatPolicy::load(dir.path(), runtime).unwrap();
+    let vocab_size = usize::try_from(policy.model.config().vocab_size).unwrap();
+    let grammar = Grammar::over_tokenizer(&tokenizer, &schema(), vocab_size).unwrap();
+    let stops: Vec<i64> = grammar.stop_ids().iter().map(|&id| i64::from(id)).collect();
+    assert_eq!(
+        stops, policy.stop_ids,
+        "the tokenizer's stop ids end the grammar"
+    );
+    let prompt = policy
+        .prompt_ids("Recommend a change.", "timeouts")
+        .unwrap();
+
+    let run =
+        constrained_generation_throughput(&policy.model, &prompt, 3, 60, &grammar, 1, 2).unwrap();
+    let tokens = run.throughput.tokens_per_repeat;
+    assert!((1..=3 * 60).contains(&tokens), "{tokens} tokens");
+    assert!(run.completed <= 3);
+    assert_eq!(run.mask_seconds.len(), 2, "one per timed run");
+    for (mask, total) in run.mask_seconds.iter().zip(&run.throughput.seconds) {
+        assert!(*mask > 0.0 && mask < total, "mask {mask} s of {total} s");
+    }
+    assert!(run.mask_share() > 0.0 && run.mask_share() < 1.0);
+    assert!(run.mask_ms_per_token() > 0.0);
+
+    let mut free = GenerationRequest::new(vec![prompt]);
+    free.num_samples = 2;
+    free.max_new_tokens = 5;
+    let generation = generate(&policy.model, &free).unwrap();
+    assert_eq!(generation.counters.mask_time, std::time::Duration::ZERO);
+}

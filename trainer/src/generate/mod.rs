@@ -203,6 +203,10 @@ pub struct GenerationCounters {
     pub prefill_time: Duration,
     /// Wall time of the decode loop, sampling included.
     pub decode_time: Duration,
+    /// Host time the grammar took inside the decode loop (constrained requests only): each row's
+    /// allowed set, the mask tensor, masking the logits and advancing the matchers. On CUDA the
+    /// masking kernel itself runs asynchronously and is not all counted here.
+    pub mask_time: Duration,
 }
 
 impl GenerationCounters {
@@ -583,6 +587,7 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
                 })
                 .collect()
         };
+        let mask_started = Instant::now();
         let allowed = self.allowed_sets()?;
         let masked;
         let logits = match &allowed {
@@ -593,6 +598,11 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
                 &masked
             }
             None => logits,
+        };
+        let mut mask_time = if allowed.is_some() {
+            mask_started.elapsed()
+        } else {
+            Duration::ZERO
         };
         let chosen = choose(logits, &self.params, &Tensor::from_slice(&uniforms))?;
         // One device→host copy per step: ids are exact in f64.
@@ -620,8 +630,10 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
                 .sampling_logprobs
                 .push(host[2 * rows + row] as f32);
             if let (Some(matcher), Some(sets)) = (state.matcher.as_mut(), allowed.as_ref()) {
+                let consume_started = Instant::now();
                 matcher.consume(token)?;
                 state.sample.allowed.push(sets[row].clone());
+                mask_time += consume_started.elapsed();
             }
             if let Some(reason) =
                 finish_reason(&state.sample.tokens, self.request, self.stop_window)
@@ -630,6 +642,7 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
                 state.finished = true;
             }
         }
+        self.counters.mask_time += mask_time;
         Ok(())
     }
 
