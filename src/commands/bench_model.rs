@@ -453,14 +453,7 @@ pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
     let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
     let checkpoint = match (&args.checkpoint, args.shape) {
         (Some(dir), _) => Some(dir.clone()),
-        (None, ModelShape::Tiny) => {
-            let dir = scratch.path().join("tiny");
-            progress("writing the tiny preset");
-            let corpus = crate::commands::model::tokenizer_corpus(TINY_SEED, TINY_CORPUS_OUTCOMES)?;
-            trainer::preset::write_tiny_checkpoint(&dir, TINY_SEED, &corpus)
-                .with_context(|| format!("cannot write the tiny preset to {}", dir.display()))?;
-            Some(dir)
-        }
+        (None, ModelShape::Tiny) => Some(write_tiny_preset(&scratch.path().join("tiny"))?),
         (None, _) => None,
     };
     // The grammar of generate_k_constrained needs a tokenizer; the random shapes have none.
@@ -468,14 +461,7 @@ pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
         _ if !phases.contains(&Phase::GenerateKConstrained) => None,
         (Some(dir), _) => Some(dir.clone()),
         (None, Some(dir)) => Some(dir.clone()),
-        (None, None) => {
-            let dir = scratch.path().join("tiny-tokenizer");
-            progress("writing the tiny preset for its tokenizer");
-            let corpus = crate::commands::model::tokenizer_corpus(TINY_SEED, TINY_CORPUS_OUTCOMES)?;
-            trainer::preset::write_tiny_checkpoint(&dir, TINY_SEED, &corpus)
-                .with_context(|| format!("cannot write the tiny preset to {}", dir.display()))?;
-            Some(dir)
-        }
+        (None, None) => Some(write_tiny_preset(&scratch.path().join("tiny-tokenizer"))?),
     };
     let sources = Sources {
         checkpoint: checkpoint.as_deref(),
@@ -535,6 +521,15 @@ pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
         anyhow::bail!("--reference was asked for but the PyTorch reference did not run: {reason}");
     }
     Ok(())
+}
+
+/// Writes the tiny preset (what `arc-rec model init --preset tiny` writes) into `dir`.
+fn write_tiny_preset(dir: &Path) -> anyhow::Result<PathBuf> {
+    progress("writing the tiny preset");
+    let corpus = crate::commands::model::tokenizer_corpus(TINY_SEED, TINY_CORPUS_OUTCOMES)?;
+    trainer::preset::write_tiny_checkpoint(dir, TINY_SEED, &corpus)
+        .with_context(|| format!("cannot write the tiny preset to {}", dir.display()))?;
+    Ok(dir.to_owned())
 }
 
 fn progress(message: &str) {

@@ -180,7 +180,7 @@ mod grammar_tests {
     use rand_chacha::ChaCha8Rng;
     use serde_json::Value;
     use trainer::grammar::{Grammar, TokenMatcher};
-    use trainer::tokenizer::{TOKENIZER_FILE, Tokenizer};
+    use trainer::tokenizer::Tokenizer;
 
     use super::*;
     use crate::domain::records::{ApprovalStatus, RecordData};
@@ -241,28 +241,17 @@ mod grammar_tests {
     }
 
     /// The tiny preset's tokenizer, trained on the world's export text as `arc-rec model init`
-    /// does; with its `tokenizer.json` bytes.
-    fn tiny_tokenizer(dir: &std::path::Path) -> (Vec<u8>, Tokenizer) {
+    /// does.
+    fn tiny_tokenizer(dir: &std::path::Path) -> Tokenizer {
         let corpus = crate::commands::model::tokenizer_corpus(3, 400).unwrap();
         trainer::preset::write_tiny_checkpoint(dir, 1, corpus).unwrap();
-        let bytes = std::fs::read(dir.join(TOKENIZER_FILE)).unwrap();
-        (bytes, Tokenizer::from_dir(dir).unwrap())
+        Tokenizer::from_dir(dir).unwrap()
     }
 
-    fn compile(bytes: &[u8], tokenizer: &Tokenizer) -> Grammar {
-        let stops: Vec<i64> = tokenizer
-            .special_tokens()
-            .stop_ids
-            .iter()
-            .map(|&id| i64::from(id))
-            .collect();
-        Grammar::from_json_schema(
-            bytes,
-            &recommendation_schema(),
-            &stops,
-            tokenizer.vocab_size(),
-        )
-        .unwrap()
+    /// The grammar as `ChatPolicy::grammar` compiles it (over the tokenizer's own vocabulary).
+    fn compile(tokenizer: &Tokenizer) -> Grammar {
+        Grammar::over_tokenizer(tokenizer, &recommendation_schema(), tokenizer.vocab_size())
+            .unwrap()
     }
 
     /// Feeds `text` tokenized by `tokenizer`; the first token the grammar refuses, with the text
@@ -281,8 +270,8 @@ mod grammar_tests {
     #[test]
     fn the_worlds_accepted_completions_pass_the_grammar_token_by_token() {
         let dir = tempfile::tempdir().unwrap();
-        let (bytes, tokenizer) = tiny_tokenizer(dir.path());
-        let grammar = compile(&bytes, &tokenizer);
+        let tokenizer = tiny_tokenizer(dir.path());
+        let grammar = compile(&tokenizer);
         let accepted = accepted_completions();
         let mut checked = 0;
         let mut refused = Vec::new();
@@ -375,8 +364,8 @@ mod grammar_tests {
     #[test]
     fn random_walks_over_the_grammar_are_recommendations() {
         let dir = tempfile::tempdir().unwrap();
-        let (bytes, tokenizer) = tiny_tokenizer(dir.path());
-        let grammar = compile(&bytes, &tokenizer);
+        let tokenizer = tiny_tokenizer(dir.path());
+        let grammar = compile(&tokenizer);
         let accepted = accepted_completions();
         let config = &accepted.first().expect("the world approves diffs").config;
         assert!(is_well_formed(
