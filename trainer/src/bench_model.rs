@@ -423,8 +423,7 @@ pub fn constrained_generation_throughput(
         .iter()
         .filter(|sample| sample.finish_reason == crate::generate::FinishReason::Eos)
         .count();
-    let mut mask_seconds = Vec::with_capacity(repeats);
-    let mut runs = 0;
+    let mut mask_seconds = Vec::with_capacity(warmup + repeats);
     let throughput = measure(
         model.runtime().device,
         warmup,
@@ -438,14 +437,12 @@ pub fn constrained_generation_throughput(
                     generation.counters.new_tokens
                 )));
             }
-            // The first `warmup` calls are not timed.
-            runs += 1;
-            if runs > warmup {
-                mask_seconds.push(generation.counters.mask_time.as_secs_f64());
-            }
+            mask_seconds.push(generation.counters.mask_time.as_secs_f64());
             Ok(())
         },
     )?;
+    // `measure` runs the `warmup` untimed calls first.
+    mask_seconds.drain(..warmup);
     Ok(ConstrainedThroughput {
         throughput,
         sequences,
