@@ -16,15 +16,17 @@ use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use trainer::bench_model::{
-    GenerationThroughput, RlStepThroughput, Throughput, constrained_generation_throughput,
-    generation_throughput, median, parameter_count, qwen2_5_0_5b_config, qwen2_5_7b_config,
-    random_model, random_prompt, rl_step_throughput, run_reference_bench, seed_torch,
-    train_step_throughput_with, use_torch_threads,
+    GenerationThroughput, RlStepThroughput, RlUpdate, Throughput,
+    constrained_generation_throughput, constrained_rl_step_throughput, generation_throughput,
+    median, parameter_count, qwen2_5_0_5b_config, qwen2_5_7b_config, random_model, random_prompt,
+    rl_step_throughput, run_reference_bench, seed_torch, train_step_throughput_with,
+    use_torch_threads,
 };
 use trainer::device::Runtime;
 
 pub use crate::training::DeviceChoice;
 use trainer::model::{CausalLm, Config, LoraConfig};
+use trainer::rl_loss::{Aggregation, PolicyLossConfig};
 
 /// The goal of every phase: at least as many tokens/s as PyTorch.
 const GOAL_RATIO: f64 = 1.0;
@@ -56,16 +58,23 @@ pub enum Phase {
     /// arc-rec only (the reference has no grammar).
     #[value(name = "generate_k_constrained")]
     GenerateKConstrained,
+    /// The RL step as `train` runs it: k samples under the recommendation grammar (each ending
+    /// where the grammar does, at most --new-tokens), the reference's log-probs (adapters off),
+    /// then --update-epochs passes of --minibatches clipped-surrogate steps (ε 0.2, ε_high 0.28,
+    /// KL β 0.05). arc-rec only.
+    #[value(name = "rl_step_constrained")]
+    RlStepConstrained,
 }
 
 impl Phase {
     /// Every phase, in report order.
-    const ALL: [Phase; 5] = [
+    const ALL: [Phase; 6] = [
         Phase::GenerateBatch1,
         Phase::GenerateK,
         Phase::LoraTrainStep,
         Phase::RlStep,
         Phase::GenerateKConstrained,
+        Phase::RlStepConstrained,
     ];
 
     fn name(self) -> &'static str {
@@ -75,12 +84,18 @@ impl Phase {
             Phase::LoraTrainStep => "lora_train_step",
             Phase::RlStep => "rl_step",
             Phase::GenerateKConstrained => "generate_k_constrained",
+            Phase::RlStepConstrained => "rl_step_constrained",
         }
     }
 
     /// Whether the PyTorch reference runs this phase too.
     fn has_reference(self) -> bool {
-        !matches!(self, Phase::GenerateKConstrained)
+        !self.needs_grammar()
+    }
+
+    /// Whether the phase compiles the recommendation grammar (and so needs a tokenizer).
+    fn needs_grammar(self) -> bool {
+        matches!(self, Phase::GenerateKConstrained | Phase::RlStepConstrained)
     }
 }
 
@@ -203,6 +218,13 @@ pub struct BenchModelArgs {
     /// cheaper than Qwen2.5's 151,665 would: pass a Qwen2.5 checkpoint's directory for its cost].
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// rl_step_constrained's passes over each step's samples (μ; `train --update-epochs`).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub update_epochs: u32,
+    /// rl_step_constrained's minibatches of samples per pass, one optimizer step each (at most
+    /// --samples).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub minibatches: u32,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -305,13 +327,47 @@ struct ConstrainedFigures {
     generation: PhaseFigures,
     /// The grammar's host seconds in every timed run.
     mask_seconds: Vec<f64>,
+    /// New tokens of every timed run (each run draws its own samples).
+    #[serde(default)]
+    tokens: Vec<i64>,
     /// The grammar's median share of a run's wall time.
     mask_share: f64,
-    /// The grammar's median milliseconds per generated token.
+    /// The grammar's milliseconds per generated token over the timed runs.
     mask_ms_per_token: f64,
     /// Samples that completed the grammar (ended on a stop token) rather than hit the limit.
     completed: usize,
     /// The tokenizer the grammar was compiled over, and its vocabulary.
+    tokenizer: String,
+    tokenizer_vocab: usize,
+}
+
+/// The RL step with the training update: its figures (tokens are generated + every pass's
+/// trained positions, see `ConstrainedRlStep`), its parts and what the update saw.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ConstrainedRlStepFigures {
+    #[serde(flatten)]
+    step: PhaseFigures,
+    update_epochs: usize,
+    minibatches: usize,
+    optimizer_steps: usize,
+    /// Per timed step: tokens sampled, and prompt + completion positions of one pass.
+    generated_tokens: Vec<i64>,
+    trained_tokens: Vec<i64>,
+    generate_seconds_median: f64,
+    reference_seconds_median: f64,
+    update_seconds_median: f64,
+    /// The grammar's median share of a step's generation time.
+    mask_share_of_generation: f64,
+    /// Samples of the timed steps that completed the grammar.
+    completed: usize,
+    gradient_checkpointing: bool,
+    /// Per step, warm-up included.
+    losses: Vec<f64>,
+    clip_fractions: Vec<f64>,
+    first_max_abs_log_ratios: Vec<f64>,
+    /// Below f32, per step: the sampler-vs-trainer |Δ log p| the update removed.
+    #[serde(default)]
+    sampler_gaps: Vec<f64>,
     tokenizer: String,
     tokenizer_vocab: usize,
 }
@@ -326,6 +382,8 @@ struct OurFigures {
     rl_step: Option<RlStepFigures>,
     #[serde(default)]
     generate_k_constrained: Option<ConstrainedFigures>,
+    #[serde(default)]
+    rl_step_constrained: Option<ConstrainedRlStepFigures>,
     /// Values AdamW updates in the training phases.
     trainable_parameters: Option<i64>,
     /// lora_train_step's losses.
@@ -343,6 +401,7 @@ impl OurFigures {
                 .generate_k_constrained
                 .as_ref()
                 .map(|constrained| &constrained.generation),
+            "rl_step_constrained" => self.rl_step_constrained.as_ref().map(|rl| &rl.step),
             _ => None,
         }
     }
@@ -458,7 +517,7 @@ pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
     };
     // The grammar of generate_k_constrained needs a tokenizer; the random shapes have none.
     let tokenizer = match (&args.tokenizer, &checkpoint) {
-        _ if !phases.contains(&Phase::GenerateKConstrained) => None,
+        _ if !phases.iter().any(|phase| phase.needs_grammar()) => None,
         (Some(dir), _) => Some(dir.clone()),
         (None, Some(dir)) => Some(dir.clone()),
         (None, None) => Some(write_tiny_preset(&scratch.path().join("tiny-tokenizer"))?),
@@ -479,10 +538,14 @@ pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
         if args.shape == ModelShape::Tiny {
             settings.model = format!("tiny preset, seed {TINY_SEED}");
         }
-        if args.tokenizer.is_none()
-            && let Some(constrained) = &mut ours.generate_k_constrained
-        {
-            constrained.tokenizer = format!("the tiny preset's (seed {TINY_SEED})");
+        if args.tokenizer.is_none() {
+            let preset = format!("the tiny preset's (seed {TINY_SEED})");
+            if let Some(constrained) = &mut ours.generate_k_constrained {
+                constrained.tokenizer.clone_from(&preset);
+            }
+            if let Some(rl) = &mut ours.rl_step_constrained {
+                rl.tokenizer = preset;
+            }
         }
     }
 
@@ -599,6 +662,7 @@ fn measure_here(
         lora_train_step: None,
         rl_step: None,
         generate_k_constrained: None,
+        rl_step_constrained: None,
         trainable_parameters: None,
         train_losses: Vec::new(),
     };
@@ -651,16 +715,73 @@ fn measure_here(
                 figures.trainable_parameters = Some(rl.trainable_parameters);
             }
             Phase::GenerateKConstrained => {
-                let dir = sources
-                    .tokenizer
-                    .context("generate_k_constrained needs a tokenizer directory (--tokenizer)")?;
+                let dir = grammar_tokenizer(sources, phase)?;
+                let grammar = recommendation_grammar(&model, dir)?;
                 progress(&format!(
                     "generating k={} samples under the recommendation grammar (tokenizer {})",
                     sizes.samples,
                     dir.display()
                 ));
-                figures.generate_k_constrained =
-                    Some(constrained_k(&model, &prompt, dir, sizes, warmup, repeats)?);
+                figures.generate_k_constrained = Some(constrained_k(
+                    &model, &prompt, &grammar, dir, sizes, warmup, repeats, args.seed,
+                )?);
+            }
+            Phase::RlStepConstrained => {
+                let dir = grammar_tokenizer(sources, phase)?;
+                let grammar = recommendation_grammar(&model, dir)?;
+                let update = RlUpdate {
+                    epochs: args.update_epochs as usize,
+                    minibatches: args.minibatches as usize,
+                    loss: PolicyLossConfig {
+                        clip_epsilon: Some(0.2),
+                        clip_epsilon_high: Some(0.28),
+                        kl_coef: 0.05,
+                        aggregation: Aggregation::Sequence,
+                    },
+                };
+                progress(&format!(
+                    "RL steps: k={} samples under the recommendation grammar (≤ {} tokens), then {} passes × {} minibatches of clipped-surrogate steps",
+                    sizes.samples, sizes.new_tokens, update.epochs, update.minibatches
+                ));
+                let rl = constrained_rl_step_throughput(
+                    &model,
+                    &prompt,
+                    sizes.samples as usize,
+                    sizes.new_tokens as usize,
+                    &grammar,
+                    update,
+                    checkpointing,
+                    warmup,
+                    repeats,
+                    args.seed,
+                )?;
+                figures.trainable_parameters = Some(rl.trainable_parameters);
+                figures.rl_step_constrained = Some(ConstrainedRlStepFigures {
+                    step: (&rl.throughput).into(),
+                    update_epochs: update.epochs,
+                    minibatches: update.minibatches,
+                    optimizer_steps: rl.optimizer_steps,
+                    generate_seconds_median: median(&rl.generate_seconds),
+                    reference_seconds_median: median(&rl.reference_seconds),
+                    update_seconds_median: median(&rl.update_seconds),
+                    mask_share_of_generation: median(
+                        &rl.mask_seconds
+                            .iter()
+                            .zip(&rl.generate_seconds)
+                            .map(|(mask, total)| mask / total)
+                            .collect::<Vec<_>>(),
+                    ),
+                    completed: rl.completed,
+                    gradient_checkpointing: rl.gradient_checkpointing,
+                    generated_tokens: rl.generated_tokens,
+                    trained_tokens: rl.trained_tokens,
+                    losses: rl.losses,
+                    clip_fractions: rl.clip_fractions,
+                    first_max_abs_log_ratios: rl.first_max_abs_log_ratios,
+                    sampler_gaps: rl.sampler_gaps,
+                    tokenizer: dir.display().to_string(),
+                    tokenizer_vocab: grammar.tokenizer_vocab_size(),
+                });
             }
         }
     }
@@ -692,20 +813,22 @@ fn measure_here(
     Ok((settings, figures))
 }
 
-/// The generate_k_constrained phase: k samples of `prompt` under the recommendation grammar
-/// compiled over the tokenizer in `dir`.
-fn constrained_k(
+/// The tokenizer directory a grammar phase compiles over.
+fn grammar_tokenizer(sources: Sources<'_>, phase: Phase) -> anyhow::Result<&Path> {
+    sources
+        .tokenizer
+        .with_context(|| format!("{} needs a tokenizer directory (--tokenizer)", phase.name()))
+}
+
+/// The recommendation grammar over the tokenizer in `dir`, masks as wide as `model`'s vocabulary.
+fn recommendation_grammar(
     model: &CausalLm,
-    prompt: &[i64],
     dir: &Path,
-    sizes: Sizes,
-    warmup: usize,
-    repeats: usize,
-) -> anyhow::Result<ConstrainedFigures> {
+) -> anyhow::Result<trainer::grammar::Grammar> {
     let tokenizer = trainer::tokenizer::Tokenizer::from_dir(dir)
         .with_context(|| format!("--tokenizer {}: cannot read its tokenizer", dir.display()))?;
     let vocab_size = usize::try_from(model.config().vocab_size)?;
-    let grammar = trainer::grammar::Grammar::over_tokenizer(
+    trainer::grammar::Grammar::over_tokenizer(
         &tokenizer,
         &crate::rft::schema::recommendation_schema(),
         vocab_size,
@@ -715,21 +838,41 @@ fn constrained_k(
             "--tokenizer {}: cannot compile the recommendation grammar over it",
             dir.display()
         )
-    })?;
+    })
+}
+
+/// The generate_k_constrained phase: k samples of `prompt` under `grammar` (compiled over the
+/// tokenizer in `dir`).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the phase's inputs, as the other phases take them"
+)]
+fn constrained_k(
+    model: &CausalLm,
+    prompt: &[i64],
+    grammar: &trainer::grammar::Grammar,
+    dir: &Path,
+    sizes: Sizes,
+    warmup: usize,
+    repeats: usize,
+    seed: u64,
+) -> anyhow::Result<ConstrainedFigures> {
     let run = constrained_generation_throughput(
         model,
         prompt,
         sizes.samples as usize,
         sizes.new_tokens as usize,
-        &grammar,
+        grammar,
         warmup,
         repeats,
+        seed,
     )?;
     Ok(ConstrainedFigures {
         generation: (&run.throughput).into(),
         mask_share: run.mask_share(),
         mask_ms_per_token: run.mask_ms_per_token(),
         mask_seconds: run.mask_seconds,
+        tokens: run.tokens,
         completed: run.completed,
         tokenizer: dir.display().to_string(),
         tokenizer_vocab: grammar.tokenizer_vocab_size(),
@@ -775,6 +918,8 @@ fn measure_in_child(
         ("--warmup", u64::from(args.warmup)),
         ("--threads", u64::from(threads)),
         ("--seed", args.seed),
+        ("--update-epochs", u64::from(args.update_epochs)),
+        ("--minibatches", u64::from(args.minibatches)),
     ];
     command.args(["--device", device]);
     for (flag, value) in numbers {
@@ -1065,16 +1210,46 @@ fn print_table(report: &Report) {
                 )
             },
         );
-        let per_token = 1e3 * constrained.generation.seconds_median
-            / constrained.generation.tokens_per_run as f64;
+        let per_token = 1e3 / constrained.generation.tokens_per_s;
         println!(
             "generate_k_constrained: the grammar took {:.4} ms per token, {:.1}% of generation time (goal < 10%); {per_token:.4} ms per token constrained, {free} unconstrained (generate_k); {} of {} samples completed the grammar; tokenizer {} ({} tokens)",
             constrained.mask_ms_per_token,
             100.0 * constrained.mask_share,
             constrained.completed,
-            settings.samples,
+            settings.samples as usize * constrained.mask_seconds.len(),
             constrained.tokenizer,
             constrained.tokenizer_vocab,
+        );
+    }
+    if let Some(rl) = &report.arc_rec.rl_step_constrained {
+        let mean = |values: &[i64]| values.iter().sum::<i64>() as f64 / values.len().max(1) as f64;
+        println!(
+            "rl_step_constrained (median s): generate {:.4} (grammar {:.1}% of it) + reference {:.4} + update {:.4} ({} passes × {} minibatches = {} optimizer steps); mean {:.0} sampled and {:.0} trained tokens a step; {} of {} samples completed the grammar; first-minibatch |log ρ| ≤ {:.2e}{}; tokenizer {} ({} tokens)",
+            rl.generate_seconds_median,
+            100.0 * rl.mask_share_of_generation,
+            rl.reference_seconds_median,
+            rl.update_seconds_median,
+            rl.update_epochs,
+            rl.minibatches,
+            rl.optimizer_steps,
+            mean(&rl.generated_tokens),
+            mean(&rl.trained_tokens),
+            rl.completed,
+            u64::from(settings.samples) * rl.generated_tokens.len() as u64,
+            rl.first_max_abs_log_ratios
+                .iter()
+                .copied()
+                .fold(0.0, f64::max),
+            if rl.sampler_gaps.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (sampler vs trainer |Δ log p| ≤ {:.2e}, replaced by the trainer's)",
+                    rl.sampler_gaps.iter().copied().fold(0.0, f64::max)
+                )
+            },
+            rl.tokenizer,
+            rl.tokenizer_vocab,
         );
     }
     let our_peak = Phase::ALL

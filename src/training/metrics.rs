@@ -101,6 +101,11 @@ pub struct RlMetrics {
     /// still the one that sampled: rounding-sized unless sampling and training disagree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_abs_log_ratio: Option<f64>,
+    /// Below f32 only: the largest |Δ log p| between the sampler's log-probs and the trainer's
+    /// forward of the same tokens, which the update replaced them with (rounding of the two
+    /// code paths, not a policy change; see `PackedBatch::rescore_in_reduced_precision`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampler_gap: Option<f64>,
     /// Optimizer steps the update took (epochs × minibatches; 0 without a group to train on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimizer_steps: Option<usize>,

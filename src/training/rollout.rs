@@ -364,6 +364,7 @@ impl BatchFigures {
             kl_coef: None,
             kl_average: None,
             max_abs_log_ratio: None,
+            sampler_gap: None,
             optimizer_steps: None,
         }
     }

@@ -285,7 +285,13 @@ fn rl_step(
         .unwrap_or_else(|| GuardState::start(settings.kl_coef));
     let policy = &learner.policy;
     let batch = collect_rl_batch(policy, context, order, &mut cursor, seeds)?;
-    let scored = score_batch(&policy.model, policy.pad_id, &batch, settings.temperature)?;
+    let scored = score_batch(
+        &policy.model,
+        policy.pad_id,
+        &batch,
+        settings.temperature,
+        settings.minibatches,
+    )?;
     // β of this step's update; the guard then adapts it for the next.
     let kl_coef = guard.kl_coef;
     let samples = batch.drawn.len() * settings.n;
@@ -311,6 +317,7 @@ fn rl_step(
     rl.kl_average = guard.kl_average;
     rl.optimizer_steps = Some(update.optimizer_steps);
     rl.max_abs_log_ratio = (update.optimizer_steps > 0).then_some(update.max_abs_log_ratio);
+    rl.sampler_gap = scored.sampler_gap;
     let seconds = started.elapsed().as_secs_f64();
     Ok(StepMetrics {
         step: seeds.step,

@@ -5,7 +5,8 @@
 //! ratio is exactly 1 where the gradient is taken and the clip never binds.
 //!
 //! The "old" log-probs are the sampler's own (the policy at the sampling temperature, adapters'
-//! dropout off), the reference log-probs are the warm-up model's at the same temperature, and
+//! dropout off; below f32 the trainer's forward of the same tokens, as the sampler's rounding
+//! differs), the reference log-probs are the warm-up model's at the same temperature, and
 //! the loss is scored the same way, so the first minibatch's ratio is 1 up to rounding
 //! ([`UpdateStats::max_abs_log_ratio`] reports it).
 
@@ -13,7 +14,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
-use trainer::chat_policy::{PackedBatch, Sequence, pack};
+use trainer::chat_policy::{PackedBatch, Sequence, pack, split_evenly};
 use trainer::logprobs::reference_logprobs;
 use trainer::model::CausalLm;
 use trainer::rl_loss::{Aggregation, PolicyLossConfig, PolicyLossInputs, mean_k3_kl, policy_loss};
@@ -47,17 +48,21 @@ pub struct ScoredBatch {
     reference: Tensor,
     /// Mean k3 KL per token of the sampling policy to the reference over every drawn sample.
     pub kl: f64,
+    /// See [`trainer::chat_policy::PackedBatch::rescore_in_reduced_precision`].
+    pub sampler_gap: Option<f64>,
     /// Per drawn group, its rows in `packed`.
     group_rows: Vec<std::ops::Range<usize>>,
 }
 
 /// Packs every drawn sample and scores it under the reference (the warm-up model: adapters off)
-/// at the sampling temperature.
+/// at the sampling temperature; below f32 also under the policy, `minibatches` being the update's
+/// split (see [`trainer::chat_policy::PackedBatch::rescore_in_reduced_precision`]).
 pub fn score_batch(
     model: &CausalLm,
     pad_id: i64,
     batch: &RlBatch<'_>,
     temperature: f64,
+    minibatches: usize,
 ) -> Result<ScoredBatch, TrainError> {
     let mut group_rows = Vec::with_capacity(batch.drawn.len());
     let mut sequences = Vec::new();
@@ -71,7 +76,18 @@ pub fn score_batch(
         }));
         group_rows.push(start..sequences.len());
     }
-    let packed = pack(&sequences, pad_id, model.runtime().device)?;
+    let mut packed = pack(&sequences, pad_id, model.runtime().device)?;
+    // A minibatch's rows: its groups (`policy_update` splits the kept ones evenly) × group size.
+    let group_size = batch
+        .drawn
+        .first()
+        .map_or(1, |(_, group)| group.samples.len());
+    let groups_per_minibatch = batch.kept.len().div_ceil(minibatches.max(1)).max(1);
+    let sampler_gap = packed.rescore_in_reduced_precision(
+        model,
+        temperature,
+        group_size * groups_per_minibatch,
+    )?;
     let reference = reference_logprobs(model, &packed.batch, temperature)?;
     // The [b, t − 1] log-probs score tokens 1..t: the completion mask shifts by one column.
     let width = packed.batch.completion_mask.size()[1];
@@ -81,6 +97,7 @@ pub fn score_batch(
         packed,
         reference,
         kl,
+        sampler_gap,
         group_rows,
     })
 }
@@ -158,20 +175,6 @@ pub fn policy_update(
     Ok(stats)
 }
 
-/// `items` cut into `parts` consecutive slices whose lengths differ by at most one.
-fn split_evenly<T>(items: &[T], parts: usize) -> Vec<&[T]> {
-    let parts = parts.clamp(1, items.len().max(1));
-    let (base, extra) = (items.len() / parts, items.len() % parts);
-    let mut slices = Vec::with_capacity(parts);
-    let mut start = 0;
-    for part in 0..parts {
-        let len = base + usize::from(part < extra);
-        slices.push(&items[start..start + len]);
-        start += len;
-    }
-    slices
-}
-
 /// Some groups' rows of a [`ScoredBatch`].
 struct Minibatch {
     batch: TrainBatch,
@@ -194,44 +197,17 @@ impl Minibatch {
             .iter()
             .flat_map(|&g| batch.advantages[g].iter().map(|&a| a as f32))
             .collect();
-        let packed = &scored.packed;
-        let device = packed.batch.input_ids.device();
+        let PackedBatch {
+            batch: rows_batch,
+            sampling_logprobs: sampling,
+        } = scored.packed.select_rows(&rows)?;
+        let device = rows_batch.input_ids.device();
         let index = Tensor::from_slice(&rows).to_device(device);
-        let select = |t: &Tensor| t.f_index_select(0, &index);
         Ok(Self {
-            batch: TrainBatch {
-                input_ids: select(&packed.batch.input_ids)?,
-                attention_mask: packed
-                    .batch
-                    .attention_mask
-                    .as_ref()
-                    .map(select)
-                    .transpose()?,
-                completion_mask: select(&packed.batch.completion_mask)?,
-                allowed: packed
-                    .batch
-                    .allowed
-                    .as_ref()
-                    .map(|sets| rows.iter().map(|&row| sets[row as usize].clone()).collect()),
-            },
-            sampling: select(&packed.sampling_logprobs)?,
-            reference: select(&scored.reference)?,
+            batch: rows_batch,
+            sampling,
+            reference: scored.reference.f_index_select(0, &index)?,
             advantages: Tensor::from_slice(&advantages).to_device(device),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::split_evenly;
-
-    #[test]
-    fn minibatches_split_groups_evenly_and_keep_every_one() {
-        let groups: Vec<usize> = (0..7).collect();
-        let parts = split_evenly(&groups, 3);
-        assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), [3, 2, 2]);
-        assert_eq!(parts.concat(), groups);
-        assert_eq!(split_evenly(&groups, 10).len(), 7);
-        assert_eq!(split_evenly(&groups, 1), [&groups[..]]);
     }
 }

@@ -160,7 +160,10 @@ fn bench_model_without_the_reference_reports_why_and_fails_only_when_it_was_aske
 
 #[test]
 fn bench_model_measures_the_grammar_alone_and_names_a_bad_tokenizer() {
-    let report = report(&bench_model(&["--phases", "generate_k_constrained"]));
+    let report = report(&bench_model(&[
+        "--phases",
+        "generate_k_constrained,rl_step_constrained",
+    ]));
     let reason = report["reference_error"].as_str().unwrap();
     assert!(reason.contains("PyTorch counterpart"), "{reason}");
     let constrained = &report["arc_rec"]["generate_k_constrained"];
@@ -175,6 +178,51 @@ fn bench_model_measures_the_grammar_alone_and_names_a_bad_tokenizer() {
         "the tiny preset's byte-level BPE: {vocab}"
     );
     assert_eq!(report["arc_rec"]["generate_k"], Value::Null);
+
+    // The RL step with the training update: 2 passes × 2 minibatches of the 4 samples, each
+    // sample at most 8 tokens, the sampler's and the first minibatch's log-probs equal.
+    let rl = &report["arc_rec"]["rl_step_constrained"];
+    assert_eq!(rl["optimizer_steps"], 4);
+    assert_eq!(
+        rl["losses"].as_array().map(Vec::len),
+        Some(3),
+        "warm-up + 2"
+    );
+    let generated: Vec<i64> = serde_json::from_value(rl["generated_tokens"].clone()).unwrap();
+    let trained: Vec<i64> = serde_json::from_value(rl["trained_tokens"].clone()).unwrap();
+    assert_eq!(generated.len(), 2, "one per timed step");
+    for (generated, trained) in generated.iter().zip(&trained) {
+        assert!((4..=32).contains(generated), "{generated}: 4 × 1 to 4 × 8");
+        assert_eq!(
+            *trained,
+            generated + 4 * 16,
+            "prompt + completion positions"
+        );
+    }
+    assert_eq!(
+        rl["tokens_per_run"].as_i64().unwrap(),
+        generated
+            .iter()
+            .zip(&trained)
+            .map(|(g, t)| g + 2 * t)
+            .sum::<i64>()
+            / 2,
+        "generated + two passes of trained tokens, mean of the timed steps"
+    );
+    for ratio in rl["first_max_abs_log_ratios"].as_array().unwrap() {
+        assert!(ratio.as_f64().unwrap() < 1e-4, "{ratio}");
+    }
+    let parts: f64 = ["generate", "reference", "update"]
+        .iter()
+        .map(|part| rl[format!("{part}_seconds_median")].as_f64().unwrap())
+        .sum();
+    assert!(parts > 0.0);
+    assert!(rl["mask_share_of_generation"].as_f64().unwrap() > 0.0);
+
+    let output = bench_model(&["--phases", "rl_step_constrained", "--minibatches", "5"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("between 1 and 4 minibatches"), "{stderr}");
 
     let output = bench_model(&[
         "--phases",

@@ -19,13 +19,17 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tch::{Device, Kind, Tensor};
 
+use crate::chat_policy::{Sequence, pack, split_evenly};
 use crate::device::Runtime;
 use crate::generate::{FinishedRows, GenerateError, GenerationRequest, generate};
+use crate::logprobs::reference_logprobs;
 use crate::model::{Architecture, CausalLm, Config, LoraConfig, ModelError, Rope, RopeScaling};
+use crate::rl_loss::{PolicyLossConfig, PolicyLossInputs, policy_loss};
 use crate::train_step::{TrainBatch, TrainError, Trainer, TrainerConfig};
 
 /// Why a benchmark could not run.
@@ -301,6 +305,257 @@ pub fn rl_step_throughput(
     })
 }
 
+/// The training update the constrained RL step runs: μ passes over the k samples, each in
+/// minibatches of rows, one clipped-surrogate AdamW step per minibatch (what `train
+/// --update-epochs μ --minibatches m` does over its groups).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RlUpdate {
+    /// Passes over the samples (μ).
+    pub epochs: usize,
+    /// Minibatches per pass.
+    pub minibatches: usize,
+    /// The loss: clip ε (and ε_high), β of the KL to the reference (adapters off).
+    pub loss: PolicyLossConfig,
+}
+
+/// One RL step's figures with the training update: k samples under a grammar, the reference's
+/// log-probs, then [`RlUpdate`]'s optimizer steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConstrainedRlStep {
+    /// Timings of whole steps. The samples end where the grammar does, so the work differs from
+    /// step to step: `tokens_per_repeat` is the timed steps' mean tokens (generated + every
+    /// pass's trained positions) and `tokens_per_s` their total over their total time.
+    pub throughput: Throughput,
+    /// Completions per step (k).
+    pub samples: usize,
+    pub prompt_tokens: usize,
+    /// The generation limit per completion.
+    pub max_new_tokens: usize,
+    /// Per timed step: the tokens sampled.
+    pub generated_tokens: Vec<i64>,
+    /// Per timed step: prompt + completion positions one pass trains (padding left out);
+    /// the update runs `epochs` passes over them.
+    pub trained_tokens: Vec<i64>,
+    /// Per timed step, seconds of generation (grammar included), of the scoring passes (the
+    /// reference's, and below f32 the trainer's own behaviour log-probs) and of the optimizer
+    /// steps.
+    pub generate_seconds: Vec<f64>,
+    pub reference_seconds: Vec<f64>,
+    pub update_seconds: Vec<f64>,
+    /// Per timed step, the grammar's host seconds inside generation.
+    pub mask_seconds: Vec<f64>,
+    /// Samples of the timed steps that completed the grammar (ended on a stop token).
+    pub completed: usize,
+    /// Optimizer steps per RL step (epochs × minibatches).
+    pub optimizer_steps: usize,
+    pub update: RlUpdate,
+    pub trainable_parameters: i64,
+    pub gradient_checkpointing: bool,
+    /// Per step (warm-up included): the mean loss, the mean clipped share of tokens over its
+    /// optimizer steps, and |log ρ| at its first minibatch (0 up to rounding: sampler and trainer
+    /// score one masked distribution).
+    pub losses: Vec<f64>,
+    pub clip_fractions: Vec<f64>,
+    pub first_max_abs_log_ratios: Vec<f64>,
+    /// Per step below f32: the largest |Δ log p| between the sampler's log-probs and the
+    /// trainer's forward, which the update uses instead
+    /// ([`crate::chat_policy::PackedBatch::rescore_in_reduced_precision`]; its time is in
+    /// `reference_seconds`). Empty in f32.
+    pub sampler_gaps: Vec<f64>,
+}
+
+/// Times `warmup + repeats` RL steps as `train` runs them: [`generate`] `samples` completions of
+/// `prompt` under `grammar` at temperature 1 (each ending at the grammar's stop ids or after
+/// `max_new_tokens`), [`reference_logprobs`] of them with the adapters off (below f32 also the
+/// trainer's own log-probs, as `train` does), then `update.epochs`
+/// passes of `update.minibatches` [`policy_loss`] steps with the advantages of
+/// [`bench_advantage`], AdamW at the trainer's defaults. Each step draws with a new seed.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a benchmark's knobs, each set by a different flag"
+)]
+pub fn constrained_rl_step_throughput(
+    model: &CausalLm,
+    prompt: &[i64],
+    samples: usize,
+    max_new_tokens: usize,
+    grammar: &crate::grammar::Grammar,
+    update: RlUpdate,
+    gradient_checkpointing: bool,
+    warmup: usize,
+    repeats: usize,
+    seed: u64,
+) -> Result<ConstrainedRlStep, BenchError> {
+    if samples == 0 || max_new_tokens == 0 || prompt.is_empty() || repeats == 0 {
+        return Err(BenchError::Settings(format!(
+            "an RL step needs a prompt, at least one sample, one new token and one timed step, got a prompt of {} tokens, {samples} × {max_new_tokens}, {repeats} timed",
+            prompt.len()
+        )));
+    }
+    if update.epochs == 0 || update.minibatches == 0 || update.minibatches > samples {
+        return Err(BenchError::Settings(format!(
+            "the update needs at least one pass and between 1 and {samples} minibatches (one per sample at most), got {} passes of {} minibatches",
+            update.epochs, update.minibatches
+        )));
+    }
+    let device = model.runtime().device;
+    let mut request = GenerationRequest::new(vec![prompt.to_vec()]);
+    request.num_samples = samples;
+    request.max_new_tokens = max_new_tokens;
+    request.temperature = 1.0;
+    request.eos_token_ids = grammar.stop_ids().iter().map(|&id| i64::from(id)).collect();
+    request.grammar = Some(grammar);
+    let mut trainer = Trainer::new(
+        model,
+        TrainerConfig {
+            gradient_checkpointing,
+            ..TrainerConfig::default()
+        },
+    )?;
+    let advantages: Vec<f32> = (0..samples).map(bench_advantage).collect();
+    let rows: Vec<i64> = (0..samples as i64).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+
+    let mut report = ConstrainedRlStep {
+        throughput: Throughput {
+            seconds: Vec::with_capacity(repeats),
+            median_s: 0.0,
+            tokens_per_repeat: 0,
+            tokens_per_s: 0.0,
+            peak_memory_bytes: None,
+        },
+        samples,
+        prompt_tokens: prompt.len(),
+        max_new_tokens,
+        generated_tokens: Vec::new(),
+        trained_tokens: Vec::new(),
+        generate_seconds: Vec::new(),
+        reference_seconds: Vec::new(),
+        update_seconds: Vec::new(),
+        mask_seconds: Vec::new(),
+        completed: 0,
+        optimizer_steps: update.epochs * update.minibatches,
+        update,
+        trainable_parameters: trainer.trainable_parameters(),
+        gradient_checkpointing,
+        losses: Vec::new(),
+        clip_fractions: Vec::new(),
+        first_max_abs_log_ratios: Vec::new(),
+        sampler_gaps: Vec::new(),
+    };
+    for step in 0..warmup + repeats {
+        let timed = step >= warmup;
+        request.seed = seed.wrapping_add(step as u64);
+        synchronize(device);
+        let start = Instant::now();
+        let generation = generate(model, &request)?;
+        let sequences: Vec<Sequence<'_>> = generation
+            .samples
+            .iter()
+            .map(|sample| Sequence {
+                prompt,
+                completion: &sample.tokens,
+                sampling_logprobs: Some(&sample.logprobs),
+                allowed: Some(&sample.allowed),
+            })
+            .collect();
+        if sequences.len() != samples {
+            return Err(BenchError::Settings(format!(
+                "generation returned {} samples instead of {samples}",
+                sequences.len()
+            )));
+        }
+        let mut packed = pack(&sequences, 0, device)?;
+        synchronize(device);
+        let generated = start.elapsed().as_secs_f64();
+        let gap = packed.rescore_in_reduced_precision(
+            model,
+            1.0,
+            samples.div_ceil(update.minibatches),
+        )?;
+        let reference = reference_logprobs(model, &packed.batch, 1.0)?;
+        synchronize(device);
+        let referenced = start.elapsed().as_secs_f64();
+
+        let (mut loss, mut clipped, mut first_ratio) = (0.0, 0.0, 0.0);
+        let mut order = rows.clone();
+        for epoch in 0..update.epochs {
+            if epoch > 0 || update.minibatches > 1 {
+                order.shuffle(&mut rng);
+            }
+            for (index, part) in split_evenly(&order, update.minibatches)
+                .into_iter()
+                .enumerate()
+            {
+                let minibatch = packed.select_rows(part)?;
+                let index_tensor = Tensor::f_from_slice(part)?.f_to_device(device)?;
+                let part_advantages: Vec<f32> =
+                    part.iter().map(|&row| advantages[row as usize]).collect();
+                let part_advantages =
+                    Tensor::f_from_slice(&part_advantages)?.f_to_device(device)?;
+                let part_reference = reference.f_index_select(0, &index_tensor)?;
+                let inputs = PolicyLossInputs {
+                    advantages: &part_advantages,
+                    sampling_logprobs: &minibatch.sampling_logprobs,
+                    reference_logprobs: Some(&part_reference),
+                    prompts: 1,
+                };
+                let mut stats = None;
+                let step_stats = trainer.step(model, &minibatch.batch, |logprobs, mask| {
+                    let (loss, loss_stats) = policy_loss(logprobs, mask, &inputs, &update.loss)?;
+                    stats = Some(loss_stats);
+                    Ok(loss)
+                })?;
+                loss += step_stats.loss;
+                if let Some(stats) = stats {
+                    clipped += stats.clip_fraction;
+                    if epoch == 0 && index == 0 {
+                        first_ratio = stats.max_abs_log_ratio;
+                    }
+                }
+            }
+        }
+        synchronize(device);
+        let total = start.elapsed().as_secs_f64();
+        let optimizer_steps = report.optimizer_steps as f64;
+        report.losses.push(loss / optimizer_steps);
+        report.clip_fractions.push(clipped / optimizer_steps);
+        report.first_max_abs_log_ratios.push(first_ratio);
+        report.sampler_gaps.extend(gap);
+        if timed {
+            let generated_tokens: usize = generation.samples.iter().map(|s| s.tokens.len()).sum();
+            report.generated_tokens.push(generated_tokens as i64);
+            report
+                .trained_tokens
+                .push((generated_tokens + samples * prompt.len()) as i64);
+            report.generate_seconds.push(generated);
+            report.reference_seconds.push(referenced - generated);
+            report.update_seconds.push(total - referenced);
+            report
+                .mask_seconds
+                .push(generation.counters.mask_time.as_secs_f64());
+            report.completed += generation
+                .samples
+                .iter()
+                .filter(|sample| sample.finish_reason == crate::generate::FinishReason::Eos)
+                .count();
+            report.throughput.seconds.push(total);
+        }
+    }
+    let step_tokens: Vec<i64> = report
+        .generated_tokens
+        .iter()
+        .zip(&report.trained_tokens)
+        .map(|(generated, trained)| generated + update.epochs as i64 * trained)
+        .collect();
+    let total_tokens: i64 = step_tokens.iter().sum();
+    let throughput = &mut report.throughput;
+    throughput.median_s = median(&throughput.seconds);
+    throughput.tokens_per_repeat = total_tokens / repeats as i64;
+    throughput.tokens_per_s = total_tokens as f64 / throughput.seconds.iter().sum::<f64>();
+    Ok(report)
+}
+
 /// `len` token ids drawn uniformly from `[1, vocab_size)` by a ChaCha8 stream seeded with `seed`
 /// (0 is left out as the reference's prompt does; it is the pad id there). The content does not
 /// matter for throughput, only that it is fixed.
@@ -369,33 +624,47 @@ pub fn generation_throughput(
 /// Generation of k samples under a grammar, and the share of it the grammar took.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConstrainedThroughput {
-    /// Timings; tokens are the new tokens of every sample (each ends where the grammar does, or
-    /// at the limit).
+    /// Timings ([`measure_varying`]): tokens are the new tokens of every sample, each ending
+    /// where the grammar does or at the limit.
     pub throughput: Throughput,
     /// Samples per run.
     pub sequences: usize,
+    /// New tokens of every timed run.
+    pub tokens: Vec<i64>,
     /// Host seconds the grammar took in every timed run (`GenerationCounters::mask_time`).
     pub mask_seconds: Vec<f64>,
-    /// Samples of a run that ended on a stop token (the grammar complete) rather than the limit.
+    /// Samples of the timed runs that ended on a stop token (the grammar complete) rather than
+    /// the limit.
     pub completed: usize,
 }
 
 impl ConstrainedThroughput {
     /// The grammar's median share of a run's wall time.
     pub fn mask_share(&self) -> f64 {
-        median(&self.mask_seconds) / self.throughput.median_s
+        let shares: Vec<f64> = self
+            .mask_seconds
+            .iter()
+            .zip(&self.throughput.seconds)
+            .map(|(mask, total)| mask / total)
+            .collect();
+        median(&shares)
     }
 
-    /// The grammar's median milliseconds per generated token.
+    /// The grammar's milliseconds per generated token over the timed runs.
     pub fn mask_ms_per_token(&self) -> f64 {
-        1e3 * median(&self.mask_seconds) / self.throughput.tokens_per_repeat as f64
+        1e3 * self.mask_seconds.iter().sum::<f64>() / self.tokens.iter().sum::<i64>() as f64
     }
 }
 
 /// Times [`generate`] of `sequences` samples of `prompt` at temperature 1, each masked to
 /// `grammar` and ending at its stop ids or after `max_new_tokens`; the grammar's own host time is
-/// read from the generation's counters. The same seed every run, so every run draws the same
-/// samples (checked): the token count of the first run is the count of all.
+/// read from the generation's counters. Each run draws with its own seed (`seed + run`): the
+/// samples, and so the work, differ from run to run (and on CUDA the same seed need not draw the
+/// same samples twice).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a benchmark's knobs, each set by a different flag"
+)]
 pub fn constrained_generation_throughput(
     model: &CausalLm,
     prompt: &[i64],
@@ -404,6 +673,7 @@ pub fn constrained_generation_throughput(
     grammar: &crate::grammar::Grammar,
     warmup: usize,
     repeats: usize,
+    seed: u64,
 ) -> Result<ConstrainedThroughput, BenchError> {
     if sequences == 0 || max_new_tokens == 0 {
         return Err(BenchError::Settings(format!(
@@ -416,38 +686,30 @@ pub fn constrained_generation_throughput(
     request.temperature = 1.0;
     request.eos_token_ids = grammar.stop_ids().iter().map(|&id| i64::from(id)).collect();
     request.grammar = Some(grammar);
-    let first = generate(model, &request)?;
-    let tokens = first.counters.new_tokens;
-    let completed = first
-        .samples
-        .iter()
-        .filter(|sample| sample.finish_reason == crate::generate::FinishReason::Eos)
-        .count();
-    let mut mask_seconds = Vec::with_capacity(warmup + repeats);
-    let throughput = measure(
-        model.runtime().device,
-        warmup,
-        repeats,
-        i64::try_from(tokens).unwrap_or(0),
-        || {
-            let generation = generate(model, &request)?;
-            if generation.counters.new_tokens != tokens {
-                return Err(BenchError::Settings(format!(
-                    "constrained generation returned {} new tokens, the first run {tokens}: the runs did not draw the same samples",
-                    generation.counters.new_tokens
-                )));
-            }
-            mask_seconds.push(generation.counters.mask_time.as_secs_f64());
-            Ok(())
-        },
-    )?;
-    // `measure` runs the `warmup` untimed calls first.
-    mask_seconds.drain(..warmup);
+    let mut runs = Vec::with_capacity(warmup + repeats);
+    let throughput = measure_varying(model.runtime().device, warmup, repeats, |run| {
+        request.seed = seed.wrapping_add(run as u64);
+        let generation = generate(model, &request)?;
+        let tokens = i64::try_from(generation.counters.new_tokens).unwrap_or(i64::MAX);
+        let completed = generation
+            .samples
+            .iter()
+            .filter(|sample| sample.finish_reason == crate::generate::FinishReason::Eos)
+            .count();
+        runs.push((
+            tokens,
+            generation.counters.mask_time.as_secs_f64(),
+            completed,
+        ));
+        Ok::<_, BenchError>(tokens)
+    })?;
+    let timed = &runs[warmup..];
     Ok(ConstrainedThroughput {
         throughput,
         sequences,
-        mask_seconds,
-        completed,
+        tokens: timed.iter().map(|run| run.0).collect(),
+        mask_seconds: timed.iter().map(|run| run.1).collect(),
+        completed: timed.iter().map(|run| run.2).sum(),
     })
 }
 
@@ -509,6 +771,43 @@ where
         median_s,
         tokens_per_repeat,
         tokens_per_s: tokens_per_repeat as f64 / median_s,
+        seconds,
+        peak_memory_bytes: None,
+    })
+}
+
+/// [`measure`] for work whose size differs from run to run (samples that end where a grammar
+/// does): `work` gets the run's index (warm-up runs first) and returns the tokens it processed.
+/// `tokens_per_repeat` is the timed runs' mean and `tokens_per_s` their total tokens over their
+/// total time.
+pub fn measure_varying<E>(
+    device: Device,
+    warmup: usize,
+    repeats: usize,
+    mut work: impl FnMut(usize) -> Result<i64, E>,
+) -> Result<Throughput, E>
+where
+    E: From<BenchError>,
+{
+    if repeats == 0 {
+        return Err(BenchError::Settings("need at least one timed repetition".into()).into());
+    }
+    for run in 0..warmup {
+        work(run)?;
+    }
+    let mut seconds = Vec::with_capacity(repeats);
+    let mut tokens = 0i64;
+    for run in warmup..warmup + repeats {
+        synchronize(device);
+        let start = Instant::now();
+        tokens += work(run)?;
+        synchronize(device);
+        seconds.push(start.elapsed().as_secs_f64());
+    }
+    Ok(Throughput {
+        median_s: median(&seconds),
+        tokens_per_repeat: tokens / repeats as i64,
+        tokens_per_s: tokens as f64 / seconds.iter().sum::<f64>(),
         seconds,
         peak_memory_bytes: None,
     })

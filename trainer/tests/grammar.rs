@@ -608,8 +608,9 @@ fn constrained_samples_score_in_the_trainer_as_the_sampler_drew_them() {
     );
 }
 
-/// `bench model`'s constrained phase: every timed run draws the same samples, and the grammar's
-/// host time is counted inside each run's wall time (and is zero without a grammar).
+/// `bench model`'s constrained phase: every timed run draws its own samples and is counted, and
+/// the grammar's host time is counted inside each run's wall time (and is zero without a
+/// grammar).
 #[test]
 fn the_bench_times_the_grammar_inside_constrained_generation() {
     use trainer::bench_model::constrained_generation_throughput;
@@ -632,11 +633,20 @@ fn the_bench_times_the_grammar_inside_constrained_generation() {
         .prompt_ids("Recommend a change.", "timeouts")
         .unwrap();
 
-    let run =
-        constrained_generation_throughput(&policy.model, &prompt, 3, 60, &grammar, 1, 2).unwrap();
-    let tokens = run.throughput.tokens_per_repeat;
-    assert!((1..=3 * 60).contains(&tokens), "{tokens} tokens");
-    assert!(run.completed <= 3);
+    let run = constrained_generation_throughput(&policy.model, &prompt, 3, 60, &grammar, 1, 2, 5)
+        .unwrap();
+    assert_eq!(run.tokens.len(), 2, "one count per timed run");
+    for &tokens in &run.tokens {
+        assert!((3..=3 * 60).contains(&tokens), "{tokens} tokens");
+    }
+    assert_eq!(
+        run.throughput.tokens_per_repeat,
+        run.tokens.iter().sum::<i64>() / 2
+    );
+    let total_seconds: f64 = run.throughput.seconds.iter().sum();
+    let expected = run.tokens.iter().sum::<i64>() as f64 / total_seconds;
+    assert!((run.throughput.tokens_per_s - expected).abs() <= 1e-9 * expected);
+    assert!(run.completed <= 2 * 3);
     assert_eq!(run.mask_seconds.len(), 2, "one per timed run");
     for (mask, total) in run.mask_seconds.iter().zip(&run.throughput.seconds) {
         assert!(*mask > 0.0 && mask < total, "mask {mask} s of {total} s");
@@ -649,4 +659,99 @@ fn the_bench_times_the_grammar_inside_constrained_generation() {
     free.max_new_tokens = 5;
     let generation = generate(&policy.model, &free).unwrap();
     assert_eq!(generation.counters.mask_time, std::time::Duration::ZERO);
+}
+
+/// Below f32 the update's behaviour log-probs are the trainer's own forward of the sampled tokens
+/// (the sampler's incremental decode rounds differently); in f32 the sampler's stay.
+#[test]
+fn reduced_precision_batches_are_rescored_by_the_trainer_forward() {
+    use trainer::chat_policy::{ChatPolicy, Sequence, pack};
+    use trainer::device::Runtime;
+    use trainer::generate::{GenerationRequest, generate};
+    use trainer::logprobs::score_logprobs;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (_, tokenizer) = tiny_tokenizer(dir.path());
+    for kind in [tch::Kind::Float, tch::Kind::BFloat16] {
+        let runtime = Runtime {
+            device: tch::Device::Cpu,
+            kind,
+        };
+        let (policy, _) = ChatPolicy::load(dir.path(), runtime).unwrap();
+        let vocab_size = usize::try_from(policy.model.config().vocab_size).unwrap();
+        let grammar = Grammar::over_tokenizer(&tokenizer, &schema(), vocab_size).unwrap();
+        let prompt = policy
+            .prompt_ids("Recommend a change.", "timeouts")
+            .unwrap();
+        let mut request = GenerationRequest::new(vec![prompt.clone()]);
+        request.num_samples = 3;
+        request.max_new_tokens = 24;
+        request.temperature = 1.0;
+        request.seed = 3;
+        request.eos_token_ids = policy.stop_ids.iter().copied().collect();
+        request.grammar = Some(&grammar);
+        let generation = generate(&policy.model, &request).unwrap();
+        let sequences: Vec<Sequence<'_>> = generation
+            .samples
+            .iter()
+            .map(|sample| Sequence {
+                prompt: &prompt,
+                completion: &sample.tokens,
+                sampling_logprobs: Some(&sample.logprobs),
+                allowed: Some(&sample.allowed),
+            })
+            .collect();
+        let mut packed = pack(&sequences, 0, tch::Device::Cpu).unwrap();
+        let sampler = packed.sampling_logprobs.copy();
+        let gap = packed
+            .rescore_in_reduced_precision(&policy.model, 1.0, 2)
+            .unwrap();
+        let moved = (&packed.sampling_logprobs - &sampler)
+            .abs()
+            .max()
+            .double_value(&[]);
+        if kind == tch::Kind::Float {
+            assert_eq!(gap, None);
+            assert_eq!(moved, 0.0, "f32 keeps the sampler's log-probs");
+            continue;
+        }
+        let gap = gap.expect("bf16 is rescored");
+        assert!(
+            gap.is_finite() && (gap - moved).abs() < 1e-9,
+            "{gap} vs {moved}"
+        );
+        let width = packed.batch.completion_mask.size()[1];
+        let scored = packed
+            .batch
+            .completion_mask
+            .narrow(1, 1, width - 1)
+            .to_kind(tch::Kind::Float);
+        // Scored two rows at a time (the update's minibatch), as the update will score them.
+        let pairs: Vec<tch::Tensor> = [vec![0, 1], vec![2]]
+            .iter()
+            .map(|rows| {
+                let part = packed.select_rows(rows).unwrap();
+                score_logprobs(&policy.model, &part.batch, 1.0)
+                    .unwrap()
+                    .to_kind(tch::Kind::Float)
+            })
+            .collect();
+        let trainer = tch::Tensor::cat(&pairs, 0) * &scored;
+        assert_eq!(
+            (&packed.sampling_logprobs - trainer)
+                .abs()
+                .max()
+                .double_value(&[]),
+            0.0,
+            "the trainer's forward, masked to the completion tokens"
+        );
+        assert_eq!(
+            (&packed.sampling_logprobs * scored.ones_like().g_sub(&scored))
+                .abs()
+                .max()
+                .double_value(&[]),
+            0.0,
+            "zero off the completions, as pack leaves them"
+        );
+    }
 }
