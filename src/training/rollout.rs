@@ -17,6 +17,7 @@ use super::metrics::RlMetrics;
 use super::seeds::{EpochOrder, StepSeeds, Stream};
 use super::settings::TrainSettings;
 use crate::export::example::SYSTEM_PROMPT;
+use crate::rft::schema::recommendation_schema_changing;
 use crate::rft::{Grader, GraderKind, RftDataset, RftPrompt, Verdict};
 
 /// A prompt with its tokens.
@@ -63,7 +64,9 @@ pub struct Sampling<'g> {
     pub temperature: f64,
     /// Seeds the draws (with each prompt's key).
     pub seed: u64,
-    /// The recommendation grammar every completion is constrained to (`--constrained on`).
+    /// The recommendation grammar the completions are constrained to (`--constrained on`); each
+    /// prompt's is narrowed to the diffs that change its configuration
+    /// ([`recommendation_schema_changing`]).
     pub grammar: Option<&'g Grammar>,
 }
 
@@ -141,7 +144,23 @@ pub fn rollout(
     request.pad_token_id = policy.pad_id;
     request.seed = sampling.seed;
     request.prompt_keys = Some(prompts.iter().map(|p| p.key).collect());
-    request.grammar = sampling.grammar;
+    // Each prompt's samples follow the grammar narrowed to diffs that change its configuration.
+    let grammars = match sampling.grammar {
+        Some(grammar) => prompts
+            .iter()
+            .map(|pick| {
+                let schema = recommendation_schema_changing(&pick.prompt.current_config);
+                grammar.recompile(&schema).map_err(|e| {
+                    anyhow::anyhow!(
+                        "--constrained on: the recommendation grammar for prompt {}: {e}",
+                        pick.prompt.id
+                    )
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        None => Vec::new(),
+    };
+    request.grammars = &grammars;
     let generation = generate(&policy.model, &request)?;
     let mut samples = generation.samples.into_iter();
     let groups = prompts

@@ -404,7 +404,7 @@ pub fn constrained_rl_step_throughput(
     request.max_new_tokens = max_new_tokens;
     request.temperature = 1.0;
     request.eos_token_ids = grammar.stop_ids().iter().map(|&id| i64::from(id)).collect();
-    request.grammar = Some(grammar);
+    request.grammars = std::slice::from_ref(grammar);
     let mut trainer = Trainer::new(
         model,
         TrainerConfig {
@@ -685,7 +685,7 @@ pub fn constrained_generation_throughput(
     request.max_new_tokens = max_new_tokens;
     request.temperature = 1.0;
     request.eos_token_ids = grammar.stop_ids().iter().map(|&id| i64::from(id)).collect();
-    request.grammar = Some(grammar);
+    request.grammars = std::slice::from_ref(grammar);
     let mut runs = Vec::with_capacity(warmup + repeats);
     let throughput = measure_varying(model.runtime().device, warmup, repeats, |run| {
         request.seed = seed.wrapping_add(run as u64);

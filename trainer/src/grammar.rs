@@ -76,6 +76,9 @@ struct GrammarInner {
     /// The compiled grammar at the start of a completion; [`Grammar::matcher`] deep-clones it, so
     /// the schema is compiled once, not per completion.
     proto: Matcher,
+    /// The tokenizer's parser factory (its token trie and lexer tables): another schema over the
+    /// same tokenizer compiles from it without rebuilding them ([`Grammar::recompile`]).
+    factory: Arc<ParserFactory>,
     tok_env: TokEnv,
     vocab_size: usize,
     tokenizer_vocab: usize,
@@ -107,6 +110,28 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "panic without a message".to_owned()
+    }
+}
+
+/// `schema` compiled by `factory` into a matcher at the start of a completion; a schema
+/// llguidance refuses (or panics on) is [`GrammarError::Schema`].
+fn compile(factory: &ParserFactory, schema: &serde_json::Value) -> Result<Matcher, GrammarError> {
+    let compiled = catch_unwind(AssertUnwindSafe(|| -> Result<Matcher, GrammarError> {
+        let parser = factory
+            .create_parser(TopLevelGrammar::from_json_schema(schema.clone()))
+            .map_err(|e| GrammarError::Schema(format!("{e:#}")))?;
+        let proto = Matcher::new(Ok(parser));
+        match proto.get_error() {
+            Some(message) => Err(GrammarError::Schema(message)),
+            None => Ok(proto),
+        }
+    }));
+    match compiled {
+        Ok(result) => result,
+        Err(payload) => Err(GrammarError::Schema(format!(
+            "llguidance panicked compiling it: {}",
+            panic_message(payload.as_ref())
+        ))),
     }
 }
 
@@ -156,36 +181,49 @@ impl Grammar {
         let tok_env = tokenizer
             .into_tok_env(Some(vocab_size))
             .map_err(|e| GrammarError::UnsupportedTokenizer(format!("{e:#}")))?;
-        let compiled = catch_unwind(AssertUnwindSafe(|| -> Result<Matcher, GrammarError> {
-            let mut factory = ParserFactory::new_simple(&tok_env)
-                .map_err(|e| GrammarError::UnsupportedTokenizer(format!("{e:#}")))?;
-            // llguidance logs to stderr by default; a bad schema is reported as our error.
-            factory.quiet();
-            let parser = factory
-                .create_parser(TopLevelGrammar::from_json_schema(schema.clone()))
-                .map_err(|e| GrammarError::Schema(format!("{e:#}")))?;
-            let proto = Matcher::new(Ok(parser));
-            match proto.get_error() {
-                Some(message) => Err(GrammarError::Schema(message)),
-                None => Ok(proto),
-            }
+        let factory = catch_unwind(AssertUnwindSafe(|| {
+            ParserFactory::new_simple(&tok_env).map(|mut factory| {
+                // llguidance logs to stderr by default; a bad schema is reported as our error.
+                factory.quiet();
+                factory
+            })
         }));
-        let proto = match compiled {
-            Ok(result) => result?,
+        let factory = match factory {
+            Ok(Ok(factory)) => Arc::new(factory),
+            Ok(Err(e)) => return Err(GrammarError::UnsupportedTokenizer(format!("{e:#}"))),
             Err(payload) => {
-                return Err(GrammarError::Schema(format!(
-                    "llguidance panicked compiling it: {}",
+                return Err(GrammarError::UnsupportedTokenizer(format!(
+                    "llguidance panicked reading it: {}",
                     panic_message(payload.as_ref())
                 )));
             }
         };
+        let proto = compile(&factory, schema)?;
         Ok(Self {
             inner: Arc::new(GrammarInner {
                 proto,
+                factory,
                 tok_env,
                 vocab_size,
                 tokenizer_vocab,
                 stop_ids: stops,
+            }),
+        })
+    }
+
+    /// `schema` compiled over this grammar's tokenizer, stop ids and vocabulary: a per-prompt
+    /// variant of one grammar (the recommendation schema narrowed to a prompt's configuration)
+    /// without rebuilding the tokenizer's tables.
+    pub fn recompile(&self, schema: &serde_json::Value) -> Result<Self, GrammarError> {
+        let inner = &self.inner;
+        Ok(Self {
+            inner: Arc::new(GrammarInner {
+                proto: compile(&inner.factory, schema)?,
+                factory: Arc::clone(&inner.factory),
+                tok_env: inner.tok_env.clone(),
+                vocab_size: inner.vocab_size,
+                tokenizer_vocab: inner.tokenizer_vocab,
+                stop_ids: inner.stop_ids.clone(),
             }),
         })
     }

@@ -535,7 +535,7 @@ fn constrained_samples_score_in_the_trainer_as_the_sampler_drew_them() {
     request.temperature = 0.8;
     request.seed = 11;
     request.eos_token_ids = policy.stop_ids.iter().copied().collect();
-    request.grammar = Some(&grammar);
+    request.grammars = std::slice::from_ref(&grammar);
     let generation = generate(&policy.model, &request).unwrap();
     let mut finished = 0;
     for sample in &generation.samples {
@@ -689,7 +689,7 @@ fn reduced_precision_batches_are_rescored_by_the_trainer_forward() {
         request.temperature = 1.0;
         request.seed = 3;
         request.eos_token_ids = policy.stop_ids.iter().copied().collect();
-        request.grammar = Some(&grammar);
+        request.grammars = std::slice::from_ref(&grammar);
         let generation = generate(&policy.model, &request).unwrap();
         let sequences: Vec<Sequence<'_>> = generation
             .samples

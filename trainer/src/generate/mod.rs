@@ -111,12 +111,22 @@ pub struct GenerationRequest<'a> {
     /// Finished-row policy, a speed choice only: the same tokens come out either way (log-probs
     /// agree to float rounding, as a smaller batch may take other GEMM blockings).
     pub finished_rows: FinishedRows,
-    /// Constrain every sample to this grammar (its vocabulary must be the model's). Its stop ids
-    /// should be among `eos_token_ids`, so a sample ends where its grammar does.
-    pub grammar: Option<&'a Grammar>,
+    /// Grammars the samples are constrained to: none (unconstrained), one for every prompt, or
+    /// one per prompt in [`Self::prompts`]' order. Their vocabulary must be the model's and their
+    /// stop ids should be among `eos_token_ids`, so a sample ends where its grammar does.
+    pub grammars: &'a [Grammar],
 }
 
 impl GenerationRequest<'_> {
+    /// The grammar prompt `prompt_index`'s samples follow, if any (see [`Self::grammars`]).
+    pub fn grammar_of(&self, prompt_index: usize) -> Option<&Grammar> {
+        match self.grammars {
+            [] => None,
+            [shared] => Some(shared),
+            per_prompt => per_prompt.get(prompt_index),
+        }
+    }
+
     /// `prompts` with 1 sample each, 16 new tokens, temperature 1, no top-k/top-p, no eos, pad 0,
     /// seed 0.
     pub fn new(prompts: Vec<Vec<i64>>) -> Self {
@@ -133,7 +143,7 @@ impl GenerationRequest<'_> {
             seed: 0,
             prompt_keys: None,
             finished_rows: FinishedRows::default(),
-            grammar: None,
+            grammars: &[],
         }
     }
 
@@ -302,6 +312,14 @@ pub enum GenerateError {
         /// The model's.
         model: i64,
     },
+    /// Neither one grammar for every prompt nor one per prompt.
+    #[error("{grammars} grammars for {prompts} prompts: pass one for all of them or one each")]
+    GrammarCount {
+        /// Grammars passed.
+        grammars: usize,
+        /// Prompts of the request.
+        prompts: usize,
+    },
     /// A sample's grammar state failed (a dead end, or a token it refused).
     #[error("grammar: {0}")]
     Grammar(#[from] GrammarError),
@@ -389,8 +407,17 @@ fn validate(model: &CausalLm, request: &GenerationRequest<'_>) -> Result<(), Gen
     {
         return Err(GenerateError::EmptyStopString { index });
     }
-    if let Some(grammar) = request.grammar
-        && i64::try_from(grammar.vocab_size()).ok() != Some(vocab_size)
+    let grammars = request.grammars.len();
+    if grammars > 1 && grammars != request.prompts.len() {
+        return Err(GenerateError::GrammarCount {
+            grammars,
+            prompts: request.prompts.len(),
+        });
+    }
+    if let Some(grammar) = request
+        .grammars
+        .iter()
+        .find(|grammar| i64::try_from(grammar.vocab_size()).ok() != Some(vocab_size))
     {
         return Err(GenerateError::GrammarVocabulary {
             grammar: grammar.vocab_size(),
@@ -472,7 +499,10 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
                 .and_then(|keys| keys.get(prompt_index).copied())
                 .unwrap_or(prompt_index as u64);
             for sample_index in 0..samples {
-                let matcher = request.grammar.map(Grammar::matcher).transpose()?;
+                let matcher = request
+                    .grammar_of(prompt_index)
+                    .map(Grammar::matcher)
+                    .transpose()?;
                 states.push(SampleState::new(
                     request.seed,
                     key,
@@ -649,7 +679,7 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
     /// Each cache row's allowed next tokens when the request has a grammar: the sample's
     /// grammar state for unfinished rows, every token for finished ones (their token is unused).
     fn allowed_sets(&mut self) -> Result<Option<Vec<TokenSet>>, GenerateError> {
-        let Some(grammar) = self.request.grammar else {
+        let Some(grammar) = self.request.grammars.first() else {
             return Ok(None);
         };
         let mut sets = Vec::with_capacity(self.rows.len());
