@@ -86,6 +86,9 @@ pub struct RunDir {
     root: PathBuf,
     metrics: File,
     metrics_lines: u64,
+    /// A checkpoint whose guard's KL average is at most this is calm: the newest calm one is
+    /// kept beside the last [`KEEP_CHECKPOINTS`], as the divergence guard's rollback target.
+    calm_kl: Option<f64>,
 }
 
 impl RunDir {
@@ -137,7 +140,24 @@ impl RunDir {
             root: root.to_path_buf(),
             metrics,
             metrics_lines: lines,
+            calm_kl: None,
         })
+    }
+
+    /// From now on keep the newest checkpoint whose KL moving average is at most `threshold`
+    /// (or that has none yet: the warm-up, the first RL steps), and let
+    /// [`Self::calm_checkpoint_at_or_before`] find it. Rolling back to the newest checkpoint
+    /// fails when KL drifted up over many steps: that checkpoint is already near the limit, and a
+    /// halved learning rate cannot bring KL back down before the guard trips again.
+    pub fn keep_calm_checkpoints(&mut self, threshold: f64) {
+        self.calm_kl = Some(threshold);
+    }
+
+    fn is_calm(&self, state: &CheckpointState) -> bool {
+        match (self.calm_kl, state.guard.and_then(|guard| guard.kl_average)) {
+            (Some(threshold), Some(average)) => average <= threshold,
+            _ => true,
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -187,26 +207,65 @@ impl RunDir {
         File::open(&checkpoints)?.sync_all()?;
         let mut steps = checkpoint_steps(&checkpoints)?;
         steps.sort_unstable();
-        for &old in steps
+        let older: Vec<u64> = steps
             .iter()
-            .filter(|&&step| step < state.step)
+            .copied()
+            .filter(|&step| step < state.step)
             .rev()
             .skip(KEEP_CHECKPOINTS - 1)
-        {
-            remove_if_present(&checkpoints.join(checkpoint_name(old)))?;
+            .collect();
+        // The newest calm checkpoint stays, unless one of those kept is calm already.
+        let mut calm_kept = self.is_calm(state)
+            || steps
+                .iter()
+                .filter(|&&step| step < state.step)
+                .rev()
+                .take(KEEP_CHECKPOINTS - 1)
+                .any(|&step| {
+                    read_checkpoint(&checkpoints.join(checkpoint_name(step)))
+                        .is_ok_and(|(_, kept)| self.is_calm(&kept))
+                });
+        for old in older {
+            let dir = checkpoints.join(checkpoint_name(old));
+            if !calm_kept && read_checkpoint(&dir).is_ok_and(|(_, old)| self.is_calm(&old)) {
+                calm_kept = true;
+                continue;
+            }
+            remove_if_present(&dir)?;
         }
         Ok(target)
     }
 
-    /// The newest checkpoint at or before `step`, for rollbacks.
-    pub fn checkpoint_at_or_before(&self, step: u64) -> anyhow::Result<Option<Checkpoint>> {
+    /// The newest calm checkpoint at or before `step` (see [`Self::keep_calm_checkpoints`]; every
+    /// checkpoint is calm without a threshold), for the divergence guard's rollbacks.
+    pub fn calm_checkpoint_at_or_before(&self, step: u64) -> anyhow::Result<Option<Checkpoint>> {
         let checkpoints = self.root.join(CHECKPOINTS_DIR);
-        let best = checkpoint_steps(&checkpoints)?
+        let mut steps: Vec<u64> = checkpoint_steps(&checkpoints)?
             .into_iter()
             .filter(|&s| s <= step)
-            .max();
-        best.map(|s| read_checkpoint(&checkpoints.join(checkpoint_name(s))))
-            .transpose()
+            .collect();
+        steps.sort_unstable();
+        for &candidate in steps.iter().rev() {
+            let checkpoint = read_checkpoint(&checkpoints.join(checkpoint_name(candidate)))?;
+            if self.is_calm(&checkpoint.1) {
+                return Ok(Some(checkpoint));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Removes the checkpoints after `step`: a rollback past them abandons their branch, and a
+    /// resume must not find them.
+    pub fn remove_checkpoints_after(&self, step: u64) -> anyhow::Result<()> {
+        let checkpoints = self.root.join(CHECKPOINTS_DIR);
+        for later in checkpoint_steps(&checkpoints)?
+            .into_iter()
+            .filter(|&s| s > step)
+        {
+            remove_if_present(&checkpoints.join(checkpoint_name(later)))?;
+        }
+        File::open(&checkpoints)?.sync_all()?;
+        Ok(())
     }
 
     /// Cuts `metrics.jsonl` back to `lines` lines (a rollback forgets nothing: it appends its
@@ -214,7 +273,9 @@ impl RunDir {
     pub fn truncate_metrics(&mut self, lines: u64) -> anyhow::Result<()> {
         self.metrics.sync_all()?;
         truncate_lines(&self.root.join(METRICS_FILE), lines)?;
+        let calm_kl = self.calm_kl;
         *self = Self::open_metrics(&self.root, lines)?;
+        self.calm_kl = calm_kl;
         Ok(())
     }
 
@@ -464,7 +525,56 @@ mod tests {
         let mut steps = checkpoint_steps(&dir.path().join(CHECKPOINTS_DIR)).unwrap();
         steps.sort_unstable();
         assert_eq!(steps, [4, 6]);
-        let (_, state) = run.checkpoint_at_or_before(5).unwrap().unwrap();
-        assert_eq!(state.step, 4);
+        let (_, state) = run.calm_checkpoint_at_or_before(5).unwrap().unwrap();
+        assert_eq!(
+            state.step, 4,
+            "without a threshold every checkpoint is calm"
+        );
+    }
+
+    /// With a threshold the newest calm checkpoint outlives the last two, a rollback finds it,
+    /// and the abandoned branch's checkpoints can be removed.
+    #[test]
+    fn the_newest_calm_checkpoint_is_kept_for_rollbacks() {
+        use crate::training::guard::GuardState;
+        let dir = tempfile::tempdir().unwrap();
+        let mut run =
+            RunDir::create(dir.path(), &crate::training::settings::tests::sample()).unwrap();
+        run.keep_calm_checkpoints(1.0);
+        let steps_on_disk = || {
+            let mut steps = checkpoint_steps(&dir.path().join(CHECKPOINTS_DIR)).unwrap();
+            steps.sort_unstable();
+            steps
+        };
+        for (step, average) in [(5, 0.2), (10, 0.9), (15, 1.4), (20, 1.7), (25, 1.9)] {
+            let state = CheckpointState {
+                step,
+                guard: Some(GuardState {
+                    kl_coef: 0.0,
+                    kl_average: Some(average),
+                }),
+                ..CheckpointState::start()
+            };
+            run.checkpoint(&state, |_| Ok(())).unwrap();
+        }
+        assert_eq!(
+            steps_on_disk(),
+            [10, 20, 25],
+            "the last two and the newest calm one"
+        );
+        let (_, calm) = run.calm_checkpoint_at_or_before(24).unwrap().unwrap();
+        assert_eq!(calm.step, 10);
+        assert_eq!(run.calm_checkpoint_at_or_before(9).unwrap(), None);
+        run.remove_checkpoints_after(10).unwrap();
+        assert_eq!(steps_on_disk(), [10]);
+        // Calm again: the older calm one is no longer needed.
+        for step in [15, 20] {
+            let state = CheckpointState {
+                step,
+                ..CheckpointState::start()
+            };
+            run.checkpoint(&state, |_| Ok(())).unwrap();
+        }
+        assert_eq!(steps_on_disk(), [15, 20]);
     }
 }
