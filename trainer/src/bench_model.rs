@@ -399,12 +399,7 @@ pub fn constrained_rl_step_throughput(
         )));
     }
     let device = model.runtime().device;
-    let mut request = GenerationRequest::new(vec![prompt.to_vec()]);
-    request.num_samples = samples;
-    request.max_new_tokens = max_new_tokens;
-    request.temperature = 1.0;
-    request.eos_token_ids = grammar.stop_ids().iter().map(|&id| i64::from(id)).collect();
-    request.grammars = std::slice::from_ref(grammar);
+    let mut request = constrained_request(prompt, samples, max_new_tokens, grammar);
     let mut trainer = Trainer::new(
         model,
         TrainerConfig {
@@ -621,6 +616,23 @@ pub fn generation_throughput(
     })
 }
 
+/// `samples` completions of `prompt` at temperature 1 under `grammar`, each ending at its stop
+/// ids or after `max_new_tokens`.
+fn constrained_request<'g>(
+    prompt: &[i64],
+    samples: usize,
+    max_new_tokens: usize,
+    grammar: &'g crate::grammar::Grammar,
+) -> GenerationRequest<'g> {
+    let mut request = GenerationRequest::new(vec![prompt.to_vec()]);
+    request.num_samples = samples;
+    request.max_new_tokens = max_new_tokens;
+    request.temperature = 1.0;
+    request.eos_token_ids = grammar.stop_ids().iter().map(|&id| i64::from(id)).collect();
+    request.grammars = std::slice::from_ref(grammar);
+    request
+}
+
 /// Generation of k samples under a grammar, and the share of it the grammar took.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConstrainedThroughput {
@@ -680,12 +692,7 @@ pub fn constrained_generation_throughput(
             "constrained generation needs at least one sequence and one new token, got {sequences} × {max_new_tokens}"
         )));
     }
-    let mut request = GenerationRequest::new(vec![prompt.to_vec()]);
-    request.num_samples = sequences;
-    request.max_new_tokens = max_new_tokens;
-    request.temperature = 1.0;
-    request.eos_token_ids = grammar.stop_ids().iter().map(|&id| i64::from(id)).collect();
-    request.grammars = std::slice::from_ref(grammar);
+    let mut request = constrained_request(prompt, sequences, max_new_tokens, grammar);
     let mut runs = Vec::with_capacity(warmup + repeats);
     let throughput = measure_varying(model.runtime().device, warmup, repeats, |run| {
         request.seed = seed.wrapping_add(run as u64);

@@ -47,6 +47,23 @@ fn tiny_tokenizer(dir: &Path) -> (Vec<u8>, Tokenizer) {
     (bytes, tokenizer)
 }
 
+/// `samples` completions of `prompt` by `policy` under `grammar`, at most `max_new_tokens` each,
+/// ending at the policy's stop ids (temperature 1, seed 0 unless changed).
+fn constrained_request<'g>(
+    policy: &trainer::chat_policy::ChatPolicy,
+    grammar: &'g Grammar,
+    prompt: &[i64],
+    samples: usize,
+    max_new_tokens: usize,
+) -> trainer::generate::GenerationRequest<'g> {
+    let mut request = trainer::generate::GenerationRequest::new(vec![prompt.to_vec()]);
+    request.num_samples = samples;
+    request.max_new_tokens = max_new_tokens;
+    request.eos_token_ids = policy.stop_ids.iter().copied().collect();
+    request.grammars = std::slice::from_ref(grammar);
+    request
+}
+
 fn stop_ids(tokenizer: &Tokenizer) -> Vec<i64> {
     let ids: Vec<i64> = tokenizer
         .special_tokens()
@@ -514,7 +531,7 @@ fn mask_cost() {
 fn constrained_samples_score_in_the_trainer_as_the_sampler_drew_them() {
     use trainer::chat_policy::{ChatPolicy, Sequence, pack};
     use trainer::device::{DeviceRequest, Runtime};
-    use trainer::generate::{GenerationRequest, generate};
+    use trainer::generate::generate;
     use trainer::train_step::{TrainerConfig, accumulate_gradients, masked_mean_nll};
 
     let dir = tempfile::tempdir().unwrap();
@@ -529,13 +546,9 @@ fn constrained_samples_score_in_the_trainer_as_the_sampler_drew_them() {
     let prompt = policy
         .prompt_ids("Recommend a change.", "web_search timed out.")
         .unwrap();
-    let mut request = GenerationRequest::new(vec![prompt.clone()]);
-    request.num_samples = 4;
-    request.max_new_tokens = 120;
+    let mut request = constrained_request(&policy, &grammar, &prompt, 4, 120);
     request.temperature = 0.8;
     request.seed = 11;
-    request.eos_token_ids = policy.stop_ids.iter().copied().collect();
-    request.grammars = std::slice::from_ref(&grammar);
     let generation = generate(&policy.model, &request).unwrap();
     let mut finished = 0;
     for sample in &generation.samples {
@@ -667,7 +680,7 @@ fn the_bench_times_the_grammar_inside_constrained_generation() {
 fn reduced_precision_batches_are_rescored_by_the_trainer_forward() {
     use trainer::chat_policy::{ChatPolicy, Sequence, pack};
     use trainer::device::Runtime;
-    use trainer::generate::{GenerationRequest, generate};
+    use trainer::generate::generate;
     use trainer::logprobs::score_logprobs;
 
     let dir = tempfile::tempdir().unwrap();
@@ -683,13 +696,8 @@ fn reduced_precision_batches_are_rescored_by_the_trainer_forward() {
         let prompt = policy
             .prompt_ids("Recommend a change.", "timeouts")
             .unwrap();
-        let mut request = GenerationRequest::new(vec![prompt.clone()]);
-        request.num_samples = 3;
-        request.max_new_tokens = 24;
-        request.temperature = 1.0;
+        let mut request = constrained_request(&policy, &grammar, &prompt, 3, 24);
         request.seed = 3;
-        request.eos_token_ids = policy.stop_ids.iter().copied().collect();
-        request.grammars = std::slice::from_ref(&grammar);
         let generation = generate(&policy.model, &request).unwrap();
         let sequences: Vec<Sequence<'_>> = generation
             .samples
