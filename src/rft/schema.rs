@@ -742,10 +742,15 @@ mod grammar_tests {
         let mut masks = (0u32, std::time::Duration::ZERO);
         let (mut finished, mut parsed) = (0, 0);
         let mut failures = Vec::new();
+        let mut compile_time = std::time::Duration::ZERO;
         for config in configs.iter().take(5) {
+            let started = std::time::Instant::now();
             let grammar = shared
                 .recompile(&recommendation_schema_changing(config))
                 .unwrap();
+            let mut matcher = grammar.matcher().unwrap();
+            matcher.allowed().unwrap();
+            compile_time += started.elapsed();
             for _ in 0..30 {
                 let Some(text) = random_walk(&grammar, &tokenizer, &mut rng, 2000, &mut masks)
                 else {
@@ -758,6 +763,14 @@ mod grammar_tests {
                 }
             }
         }
+        eprintln!(
+            "random walks over prompts' grammars: {finished} of 150 finished, {parsed} parse; \
+             allowed() mean {:.1} µs over {} tokens; a prompt's grammar compiled and its first \
+             mask in {:.1} ms",
+            masks.1.as_secs_f64() * 1e6 / f64::from(masks.0.max(1)),
+            masks.0,
+            compile_time.as_secs_f64() * 1e3 / 5.0
+        );
         assert!(finished >= 135, "only {finished} of 150 walks finished");
         assert_eq!(parsed, finished, "{failures:#?}");
     }

@@ -2,6 +2,7 @@
 //! step learns from them ([`collect_rl_batch`]: sampling, grading, advantages and dynamic
 //! sampling); `arc-rec eval` measures with them ([`rollout`]).
 
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
 use rand::SeedableRng;
@@ -67,7 +68,44 @@ pub struct Sampling<'g> {
     /// The recommendation grammar the completions are constrained to (`--constrained on`); each
     /// prompt's is narrowed to the diffs that change its configuration
     /// ([`recommendation_schema_changing`]).
-    pub grammar: Option<&'g Grammar>,
+    pub grammar: Option<&'g PromptGrammars>,
+}
+
+/// The recommendation grammar and each prompt's narrowing of it (diffs that change the prompt's
+/// configuration), compiled once per configuration and kept. A grammar's lexer builds its states
+/// lazily as samples meet them, so compiling a prompt's grammar afresh every step paid that again
+/// each time: RL steps took 36% longer on the tiny preset than with one shared grammar.
+#[derive(Debug)]
+pub struct PromptGrammars {
+    shared: Grammar,
+    /// By the configuration's JSON text: what a prompt's grammar depends on.
+    by_config: RefCell<HashMap<String, Grammar>>,
+}
+
+impl PromptGrammars {
+    pub fn new(shared: Grammar) -> Self {
+        Self {
+            shared,
+            by_config: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// The grammar of `pick`'s samples (compiled on first use).
+    pub fn for_prompt(&self, pick: &PromptTokens<'_>) -> anyhow::Result<Grammar> {
+        let config = pick.prompt.current_config.to_string();
+        if let Some(grammar) = self.by_config.borrow().get(&config) {
+            return Ok(grammar.clone());
+        }
+        let schema = recommendation_schema_changing(&pick.prompt.current_config);
+        let grammar = self.shared.recompile(&schema).map_err(|e| {
+            anyhow::anyhow!(
+                "--constrained on: the recommendation grammar for prompt {}: {e}",
+                pick.prompt.id
+            )
+        })?;
+        self.by_config.borrow_mut().insert(config, grammar.clone());
+        Ok(grammar)
+    }
 }
 
 /// One graded completion.
@@ -146,17 +184,9 @@ pub fn rollout(
     request.prompt_keys = Some(prompts.iter().map(|p| p.key).collect());
     // Each prompt's samples follow the grammar narrowed to diffs that change its configuration.
     let grammars = match sampling.grammar {
-        Some(grammar) => prompts
+        Some(grammars) => prompts
             .iter()
-            .map(|pick| {
-                let schema = recommendation_schema_changing(&pick.prompt.current_config);
-                grammar.recompile(&schema).map_err(|e| {
-                    anyhow::anyhow!(
-                        "--constrained on: the recommendation grammar for prompt {}: {e}",
-                        pick.prompt.id
-                    )
-                })
-            })
+            .map(|pick| grammars.for_prompt(pick))
             .collect::<anyhow::Result<Vec<_>>>()?,
         None => Vec::new(),
     };
@@ -226,8 +256,8 @@ pub struct RlRolloutContext<'a, 'p> {
     pub estimator: Estimator,
     pub grader: &'a Grader,
     pub prompts: &'p [PromptTokens<'p>],
-    /// The grammar samples are drawn under (`--constrained on`), over the RL policy's tokenizer.
-    pub grammar: Option<&'a Grammar>,
+    /// The grammars samples are drawn under (`--constrained on`), over the RL policy's tokenizer.
+    pub grammar: Option<&'a PromptGrammars>,
 }
 
 /// Draws the step's prompts from `order` at `cursor` (advanced past every prompt drawn), samples
@@ -389,16 +419,17 @@ impl BatchFigures {
     }
 }
 
-/// The recommendation grammar over `policy`'s tokenizer, when `constrained`.
+/// The recommendation grammar over `policy`'s tokenizer, when `constrained`, ready to narrow per
+/// prompt.
 pub fn recommendation_grammar(
     policy: &ChatPolicy,
     constrained: bool,
-) -> anyhow::Result<Option<Grammar>> {
+) -> anyhow::Result<Option<PromptGrammars>> {
     if !constrained {
         return Ok(None);
     }
     let grammar = policy
         .grammar(&crate::rft::schema::recommendation_schema())
         .map_err(|e| anyhow::anyhow!("--constrained on: {e}"))?;
-    Ok(Some(grammar))
+    Ok(Some(PromptGrammars::new(grammar)))
 }
