@@ -68,11 +68,8 @@ pub fn score_batch(
     let mut sequences = Vec::new();
     for (pick, group) in &batch.drawn {
         let start = sequences.len();
-        sequences.extend(group.samples.iter().map(|sample| Sequence {
-            prompt: &pick.ids,
-            completion: &sample.tokens,
-            sampling_logprobs: Some(&sample.logprobs),
-            allowed: sample.constrained().then_some(sample.allowed.as_slice()),
+        sequences.extend(group.samples.iter().map(|sample| {
+            Sequence::sampled(&pick.ids, &sample.tokens, &sample.logprobs, &sample.allowed)
         }));
         group_rows.push(start..sequences.len());
     }

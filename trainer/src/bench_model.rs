@@ -447,11 +447,8 @@ pub fn constrained_rl_step_throughput(
         let sequences: Vec<Sequence<'_>> = generation
             .samples
             .iter()
-            .map(|sample| Sequence {
-                prompt,
-                completion: &sample.tokens,
-                sampling_logprobs: Some(&sample.logprobs),
-                allowed: Some(&sample.allowed),
+            .map(|sample| {
+                Sequence::sampled(prompt, &sample.tokens, &sample.logprobs, &sample.allowed)
             })
             .collect();
         if sequences.len() != samples {

@@ -148,6 +148,24 @@ pub struct Sequence<'a> {
     pub allowed: Option<&'a [TokenSet]>,
 }
 
+impl<'a> Sequence<'a> {
+    /// A sampled completion of `prompt` as the RL update scores it: the log-probs it was drawn
+    /// with and, when it was drawn under a grammar (`allowed` not empty), the set of each token.
+    pub fn sampled(
+        prompt: &'a [i64],
+        completion: &'a [i64],
+        logprobs: &'a [f32],
+        allowed: &'a [TokenSet],
+    ) -> Self {
+        Self {
+            prompt,
+            completion,
+            sampling_logprobs: Some(logprobs),
+            allowed: (!allowed.is_empty()).then_some(allowed),
+        }
+    }
+}
+
 /// Sequences packed for [`crate::train_step::Trainer::step`].
 #[derive(Debug)]
 pub struct PackedBatch {

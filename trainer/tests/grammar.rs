@@ -702,11 +702,8 @@ fn reduced_precision_batches_are_rescored_by_the_trainer_forward() {
         let sequences: Vec<Sequence<'_>> = generation
             .samples
             .iter()
-            .map(|sample| Sequence {
-                prompt: &prompt,
-                completion: &sample.tokens,
-                sampling_logprobs: Some(&sample.logprobs),
-                allowed: Some(&sample.allowed),
+            .map(|sample| {
+                Sequence::sampled(&prompt, &sample.tokens, &sample.logprobs, &sample.allowed)
             })
             .collect();
         let mut packed = pack(&sequences, 0, tch::Device::Cpu).unwrap();
