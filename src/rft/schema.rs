@@ -29,9 +29,8 @@ use serde_json::{Value, json};
 
 use crate::domain::RecommendationType;
 
-/// Longest rationale, in characters: one sentence (the world's are at most 72). With compact
-/// JSON and the names below, a completion fits the default 96 new tokens of the tiny tokenizer;
-/// 300 let rambling samples run past it (not_json, 12 of 1,280 in an eval).
+/// Longest rationale, in characters: one sentence (the world's are at most 72). 300 let rambling
+/// samples run past the token limit (not_json, 12 of 1,280 in an eval at 96 tokens).
 pub const MAX_RATIONALE_CHARS: usize = 120;
 /// Longest model or tool name, in characters (the world's are at most 27).
 pub const MAX_NAME_CHARS: usize = 64;
@@ -55,6 +54,31 @@ fn seconds() -> Value {
     json!({"type": "number", "exclusiveMinimum": 0, "maximum": MAX_SECONDS})
 }
 
+/// A retry's attempt count.
+fn attempts() -> Value {
+    json!({"type": "integer", "minimum": 1, "maximum": 100})
+}
+
+/// A `max_tokens` value.
+fn max_tokens() -> Value {
+    json!({"type": "integer", "minimum": 1, "maximum": MAX_MAX_TOKENS})
+}
+
+/// A `temperature` value.
+fn temperature() -> Value {
+    json!({"type": "number", "minimum": 0, "maximum": 2})
+}
+
+/// A `system_prompt` value.
+fn system_prompt() -> Value {
+    json!({"type": "string", "maxLength": MAX_SYSTEM_PROMPT_CHARS})
+}
+
+/// A tool list (it replaces the configuration's whole).
+fn tools() -> Value {
+    json!({"type": "array", "items": tool(), "maxItems": MAX_TOOLS})
+}
+
 /// `schema`, or null to remove the key (merge patch).
 fn or_null(schema: Value) -> Value {
     json!({"anyOf": [schema, {"type": "null"}]})
@@ -66,7 +90,7 @@ fn retry_object() -> Value {
         "type": "object",
         "properties": {
             "backoff_s": or_null(seconds()),
-            "max_attempts": or_null(json!({"type": "integer", "minimum": 1, "maximum": 100}))
+            "max_attempts": or_null(attempts())
         },
         "additionalProperties": false,
         "minProperties": 1
@@ -92,13 +116,13 @@ pub fn diff_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
-            "max_tokens": or_null(json!({"type": "integer", "minimum": 1, "maximum": MAX_MAX_TOKENS})),
+            "max_tokens": or_null(max_tokens()),
             "model": non_blank(MAX_NAME_CHARS),
             "retry": or_null(retry_object()),
-            "system_prompt": or_null(json!({"type": "string", "maxLength": MAX_SYSTEM_PROMPT_CHARS})),
-            "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+            "system_prompt": or_null(system_prompt()),
+            "temperature": temperature(),
             "timeout_s": or_null(seconds()),
-            "tools": or_null(json!({"type": "array", "items": tool(), "maxItems": MAX_TOOLS}))
+            "tools": or_null(tools())
         },
         "additionalProperties": false,
         "minProperties": 1
@@ -196,14 +220,12 @@ fn changing_value(key: &str, current: Option<&Value>) -> Option<Value> {
         ("temperature", Some(t)) => t
             .as_f64()
             .filter(|t| (0.0..=2.0).contains(t))
-            .map(|t| number_except(&json!({"type": "number", "minimum": 0, "maximum": 2}), t)),
+            .map(|t| number_except(&temperature(), t)),
         ("max_tokens", Some(m)) => m
             .as_u64()
             .filter(|m| (1..=MAX_MAX_TOKENS).contains(m))
             .map(|m| removable(integer_except(MAX_MAX_TOKENS, m))),
-        ("max_tokens", None) => {
-            Some(json!({"type": "integer", "minimum": 1, "maximum": MAX_MAX_TOKENS}))
-        }
+        ("max_tokens", None) => Some(max_tokens()),
         ("timeout_s", Some(t)) => t
             .as_f64()
             .filter(|t| *t > 0.0 && *t <= MAX_SECONDS)
@@ -212,7 +234,7 @@ fn changing_value(key: &str, current: Option<&Value>) -> Option<Value> {
         ("system_prompt", Some(Value::String(prompt)))
             if prompt.chars().count() <= MAX_EXCLUDED_STRING_CHARS =>
         {
-            let mut schema = json!({"type": "string", "maxLength": MAX_SYSTEM_PROMPT_CHARS});
+            let mut schema = system_prompt();
             // The empty string differs too; the pattern covers the non-empty others.
             schema["anyOf"] = json!([
                 {"maxLength": 0},
@@ -220,12 +242,10 @@ fn changing_value(key: &str, current: Option<&Value>) -> Option<Value> {
             ]);
             Some(removable(schema))
         }
-        ("system_prompt", None) => {
-            Some(json!({"type": "string", "maxLength": MAX_SYSTEM_PROMPT_CHARS}))
-        }
+        ("system_prompt", None) => Some(system_prompt()),
         ("retry", Some(Value::Object(retry))) => Some(removable(retry_changing(Some(retry)))),
         ("retry", None) => Some(retry_changing(None)),
-        ("tools", None) => Some(json!({"type": "array", "items": tool(), "maxItems": MAX_TOOLS})),
+        ("tools", None) => Some(tools()),
         _ => None,
     }
 }
@@ -247,11 +267,10 @@ fn retry_changing(current: Option<&serde_json::Map<String, Value>>) -> Value {
                     |b| or_null(number_except(&seconds(), b)),
                 ),
                 ("backoff_s", None) => seconds(),
-                (_, Some(m)) => m.as_u64().map_or_else(
-                    || or_null(json!({"type": "integer", "minimum": 1, "maximum": 100})),
-                    |m| or_null(integer_except(100, m)),
-                ),
-                (_, None) => json!({"type": "integer", "minimum": 1, "maximum": 100}),
+                (_, Some(m)) => m
+                    .as_u64()
+                    .map_or_else(|| or_null(attempts()), |m| or_null(integer_except(100, m))),
+                (_, None) => attempts(),
             };
             let mut alternative = base.clone();
             alternative["properties"][*key] = changed;
@@ -270,15 +289,20 @@ fn retry_changing(current: Option<&serde_json::Map<String, Value>>) -> Value {
 /// allowed, as the world and the warm-up targets write some.
 pub fn diff_schema_changing(current: &Value) -> Value {
     let base = diff_schema();
-    let alternatives: Vec<Value> = KNOWN_KEYS_IN_ORDER
+    // The keys in the schema's own order (see the module docs).
+    let keys: Vec<String> = base["properties"]
+        .as_object()
+        .map(|properties| properties.keys().cloned().collect())
+        .unwrap_or_default();
+    let alternatives: Vec<Value> = keys
         .iter()
         .map(|key| {
             let mut alternative = base.clone();
             if let Some(map) = alternative.as_object_mut() {
                 map.remove("minProperties");
             }
-            if let Some(changed) = changing_value(key, current.get(*key)) {
-                alternative["properties"][*key] = changed;
+            if let Some(changed) = changing_value(key, current.get(key)) {
+                alternative["properties"][key] = changed;
             }
             alternative["required"] = json!([key]);
             alternative
@@ -286,17 +310,6 @@ pub fn diff_schema_changing(current: &Value) -> Value {
         .collect();
     json!({"anyOf": alternatives})
 }
-
-/// The diff's keys in the schema's (sorted) order.
-const KNOWN_KEYS_IN_ORDER: [&str; 7] = [
-    "max_tokens",
-    "model",
-    "retry",
-    "system_prompt",
-    "temperature",
-    "timeout_s",
-    "tools",
-];
 
 /// [`recommendation_schema`] for one prompt: its diff must change `current` (see
 /// [`diff_schema_changing`]). Constrained sampling compiles it per prompt
