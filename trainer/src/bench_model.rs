@@ -412,8 +412,9 @@ pub fn constrained_rl_step_throughput(
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
 
     let mut report = ConstrainedRlStep {
+        // Filled by `measure_varying` below.
         throughput: Throughput {
-            seconds: Vec::with_capacity(repeats),
+            seconds: Vec::new(),
             median_s: 0.0,
             tokens_per_repeat: 0,
             tokens_per_s: 0.0,
@@ -438,10 +439,10 @@ pub fn constrained_rl_step_throughput(
         first_max_abs_log_ratios: Vec::new(),
         sampler_gaps: Vec::new(),
     };
-    for step in 0..warmup + repeats {
+    let optimizer_steps = report.optimizer_steps as f64;
+    let throughput = measure_varying(device, warmup, repeats, |step| {
         let timed = step >= warmup;
         request.seed = seed.wrapping_add(step as u64);
-        synchronize(device);
         let start = Instant::now();
         let generation = generate(model, &request)?;
         let sequences: Vec<Sequence<'_>> = generation
@@ -509,17 +510,15 @@ pub fn constrained_rl_step_throughput(
         }
         synchronize(device);
         let total = start.elapsed().as_secs_f64();
-        let optimizer_steps = report.optimizer_steps as f64;
         report.losses.push(loss / optimizer_steps);
         report.clip_fractions.push(clipped / optimizer_steps);
         report.first_max_abs_log_ratios.push(first_ratio);
         report.sampler_gaps.extend(gap);
+        let generated_tokens: usize = generation.samples.iter().map(|s| s.tokens.len()).sum();
+        let trained_tokens = generated_tokens + samples * prompt.len();
         if timed {
-            let generated_tokens: usize = generation.samples.iter().map(|s| s.tokens.len()).sum();
             report.generated_tokens.push(generated_tokens as i64);
-            report
-                .trained_tokens
-                .push((generated_tokens + samples * prompt.len()) as i64);
+            report.trained_tokens.push(trained_tokens as i64);
             report.generate_seconds.push(generated);
             report.reference_seconds.push(referenced - generated);
             report.update_seconds.push(total - referenced);
@@ -531,20 +530,10 @@ pub fn constrained_rl_step_throughput(
                 .iter()
                 .filter(|sample| sample.finish_reason == crate::generate::FinishReason::Eos)
                 .count();
-            report.throughput.seconds.push(total);
         }
-    }
-    let step_tokens: Vec<i64> = report
-        .generated_tokens
-        .iter()
-        .zip(&report.trained_tokens)
-        .map(|(generated, trained)| generated + update.epochs as i64 * trained)
-        .collect();
-    let total_tokens: i64 = step_tokens.iter().sum();
-    let throughput = &mut report.throughput;
-    throughput.median_s = median(&throughput.seconds);
-    throughput.tokens_per_repeat = total_tokens / repeats as i64;
-    throughput.tokens_per_s = total_tokens as f64 / throughput.seconds.iter().sum::<f64>();
+        Ok::<_, BenchError>((generated_tokens + update.epochs * trained_tokens) as i64)
+    })?;
+    report.throughput = throughput;
     Ok(report)
 }
 
