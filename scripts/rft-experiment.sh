@@ -16,6 +16,11 @@
 # heuristic, random pick from the menu, menu oracle). Prints the tables of
 # scripts/rft_experiment_table.py at the end: paired bootstrap intervals over (seed, prompt).
 #
+# The ablation: $ABLATIONS, a ';'-separated list of NAME=FLAGS (e.g. "mu=--update-epochs 2
+# --minibatches 2;dynamic=--dynamic-sampling"), adds for every seed and reward one more pass@k run
+# per entry, s$SEED-$REWARD-pass-NAME, from the same warm-up with the same seed and FLAGS added
+# to the defaults, evaluated like the others; the table compares each with the defaults' run.
+#
 # Resumable: finished runs and evaluations are kept, unfinished ones redone (an evaluation
 # written before eval reported per-prompt figures counts as unfinished). Runs of the older layout
 # (world 1's files directly in OUT_DIR) are reused once moved into OUT_DIR/world1/.
@@ -32,6 +37,22 @@ RL_STEPS="${RL_STEPS:-200}"
 EVAL_N="${EVAL_N:-16}"
 WORLD_SEED="${WORLD_SEED:-1}"
 WORLD_OUTCOMES="${WORLD_OUTCOMES:-20000}"
+ABLATIONS="${ABLATIONS:-}"
+ablation_names=()
+ablation_flags=()
+IFS=';' read -ra ablation_specs <<< "$ABLATIONS"
+for spec in "${ablation_specs[@]}"; do
+  [ -n "${spec// /}" ] || continue
+  name="${spec%%=*}"
+  name="${name// /}"
+  case "$spec" in
+    *=*) ;;
+    *) echo "rft-experiment: ABLATIONS entry '$spec' is not NAME=FLAGS" >&2; exit 2 ;;
+  esac
+  [[ "$name" =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "rft-experiment: ablation name '$name' may only use letters, digits, '.', '_' and '-'" >&2; exit 2; }
+  ablation_names+=("$name")
+  ablation_flags+=("${spec#*=}")
+done
 [ -x "$arc_rec" ] || { echo "rft-experiment: build $arc_rec first (cargo build --release)" >&2; exit 2; }
 # numpy makes the table's bootstrap fast; the project's virtualenv has it.
 python=python3
@@ -92,7 +113,15 @@ for seed in $SEEDS; do
         --objective "$objective" --world-reward "$reward"
       evaluate "$run" rl "$run.eval.json"
     done
+    for i in "${!ablation_names[@]}"; do
+      run="s$seed-$reward-pass-${ablation_names[$i]}"
+      # shellcheck disable=SC2086  # the flags are words on purpose
+      train "$run" "$run.log" --model "w$seed/warmup-model" --sft-steps 0 --steps "$RL_STEPS" \
+        --objective pass@k --world-reward "$reward" ${ablation_flags[$i]}
+      evaluate "$run" rl "$run.eval.json"
+    done
   done
 done
 # shellcheck disable=SC2086
-"$python" "$root/scripts/rft_experiment_table.py" "$work" --seeds $SEEDS --rewards $REWARDS
+"$python" "$root/scripts/rft_experiment_table.py" "$work" --seeds $SEEDS --rewards $REWARDS \
+  ${ablation_names[@]:+--ablations "${ablation_names[@]}"}

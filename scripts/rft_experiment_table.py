@@ -4,6 +4,7 @@
 (seed, prompt), from one world's work directory.
 
     rft_experiment_table.py WORK_DIR [--seeds 1 2 3 4 5] [--rewards sampled expected] [--k 4]
+                            [--ablations NAME ...]
 
 Reads WORK_DIR/w{seed}.eval.json (the warm-up model; before it existed, the pass@k run's file
 held it as its base), WORK_DIR/s{seed}-{reward}-pass.eval.json and -mean.eval.json (the RL
@@ -18,6 +19,11 @@ spread between training seeds and the spread between prompts count), and takes t
 resampled on the same (seed, prompt) draws, over the seeds both finished and the prompts every
 one of those seeds has. The generator is seeded (--bootstrap-seed), so the intervals are
 reproducible. Uses numpy when it is importable, else pure Python (same estimator, slower).
+
+With --ablations, one more table: each NAME's pass@k run (s{seed}-{reward}-pass-NAME, the
+defaults plus that lever's flags, same warm-up and seed) against the defaults' pass@k run, paired
+over (seed, prompt), with what its training did (from the run directory: rollbacks, minutes of
+steps, KL per token at the end); a run without summary.json did not finish (gave up or stopped).
 """
 import argparse
 import functools
@@ -224,6 +230,94 @@ def collect(work, seeds, reward, k):
     return rows
 
 
+def training_facts(run_dir):
+    """What one run's training did, from its directory: (finished, rollbacks, minutes of steps,
+    the last step's moving-average KL per token); None where the run directory is missing."""
+    if not run_dir.is_dir():
+        return None
+    finished, rollbacks = False, 0
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        finished, rollbacks = True, int(summary.get("rollbacks", 0))
+    except (FileNotFoundError, json.JSONDecodeError, ValueError, TypeError):
+        pass
+    seconds, kl = 0.0, math.nan
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        lines = []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill
+        if event.get("event") == "step" and event.get("phase") == "rl":
+            seconds += float(event.get("step_seconds") or 0.0)
+            if event.get("kl_average") is not None:
+                kl = float(event["kl_average"])
+    return finished, rollbacks, seconds / 60.0, kl
+
+
+def ablation_table(work, seeds, reward, k, names, resamples=RESAMPLES, seed=BOOTSTRAP_SEED):
+    """The ablation's lines: each lever's pass@k run against the defaults' pass@k run."""
+    defaults = f"pass@{k} RL (defaults)"
+    runs = {defaults: f"s{{seed}}-{reward}-pass"}
+    runs.update({f"+ {name}": f"s{{seed}}-{reward}-pass-{name}" for name in names})
+    rows = {label: {} for label in runs}
+    facts = {label: {} for label in runs}
+    for s in seeds:
+        for label, pattern in runs.items():
+            run = pattern.format(seed=s)
+            report = load(work / f"{run}.eval.json")
+            models = {m["model"]: m for m in report["models"]} if report else {}
+            if "rl" in models:
+                rows[label][s] = model_series(models["rl"], k)
+            got = training_facts(work / run)
+            if got is not None:
+                facts[label][s] = got
+    best, greedy, passk = f"best-of-{k} P(acc)", "greedy P(acc)", f"pass@{k}"
+    options = {"resamples": resamples, "seed": seed}
+    compared = [best, greedy, passk]
+    lines = [
+        f"Ablation, reward {reward}: each lever added to the defaults, pass@{k} RL, same warm-ups and"
+        " seeds; levels and paired differences (lever − defaults), mean [95% interval]:",
+        "",
+        f"| run | seeds | valid | {best} | "
+        + " | ".join(f"Δ {f}" for f in compared)
+        + " | finished | rollbacks | minutes (mean) | KL/token at end (mean) |",
+        "|---" * (len(compared) + 8) + "|",
+    ]
+    for label in runs:
+        cells, used = [], None
+        for figure in ("valid", best):
+            aligned = grids(rows, [label], figure)
+            if aligned is None:
+                cells.append("-")
+                continue
+            s_used, _, (grid,) = aligned
+            used = used or s_used
+            means = resampled_means({"x": grid}, **options)["x"]
+            cells.append(level((mean_of(grid), *_interval(means))))
+        for figure in compared:
+            aligned = None if label == defaults else grids(rows, [label, defaults], figure)
+            if aligned is None:
+                cells.append("-")
+                continue
+            _, _, (a, b) = aligned
+            cells.append(cell(paired_difference(a, b, **options)))
+        ran = [facts[label][s] for s in seeds if s in facts[label]]
+        finished = sum(1 for f in ran if f[0])
+        cells.append(f"{finished}/{len(ran)}" if ran else "-")
+        cells.append(str(sum(f[1] for f in ran)) if ran else "-")
+        done = [f for f in ran if f[0]]
+        cells.append(f"{sum(f[2] for f in done) / len(done):.1f}" if done else "-")
+        kls = [f[3] for f in done if not math.isnan(f[3])]
+        cells.append(f"{sum(kls) / len(kls):.3f}" if kls else "-")
+        seeds_text = ",".join(map(str, used)) if used else "none"
+        lines.append(f"| {label} | {seeds_text} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def grids(rows, names, figure):
     """Aligned grids of `figure` for `names`: the seeds every one has, the prompts every one of
     those has (in sorted id order). Returns (seeds, prompts, [grid per name]) or None."""
@@ -354,6 +448,9 @@ def main():
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--resamples", type=int, default=RESAMPLES)
     parser.add_argument("--bootstrap-seed", type=int, default=BOOTSTRAP_SEED)
+    parser.add_argument(
+        "--ablations", nargs="+", default=[], metavar="NAME", help="ablation runs to compare"
+    )
     args = parser.parse_args()
     if args.k < 1 or args.resamples < 1:
         parser.error("--k and --resamples must be at least 1")
@@ -364,6 +461,21 @@ def main():
                 tables(args.work, args.seeds, reward, args.k, args.resamples, args.bootstrap_seed)
             )
         )
+        if args.ablations:
+            print()
+            print(
+                "\n".join(
+                    ablation_table(
+                        args.work,
+                        args.seeds,
+                        reward,
+                        args.k,
+                        args.ablations,
+                        args.resamples,
+                        args.bootstrap_seed,
+                    )
+                )
+            )
 
 
 if __name__ == "__main__":

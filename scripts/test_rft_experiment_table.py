@@ -191,6 +191,36 @@ def test_the_tables_on_a_hand_made_work_directory():
     assert "seed 3: " in text and " / -" in text.split("seed 3: ")[1].splitlines()[0]
 
 
+def test_the_ablation_table_compares_each_lever_with_the_defaults():
+    prompts = [f"acme/c{i}/1" for i in range(10)]
+    with tempfile.TemporaryDirectory() as work:
+        work = Path(work)
+        for seed in (1, 2):
+            warm = lambda i, s=seed: 0.40 + 0.01 * (i % 3) + 0.01 * s
+            for run, shift in (("s{}-sampled-pass", 0.0), ("s{}-sampled-pass-mu", 0.03)):
+                name = run.format(seed)
+                (work / f"{name}.eval.json").write_text(
+                    json.dumps(eval_report({"rl": lambda i, w=warm, d=shift: w(i) + d}, prompts, baselines(prompts)))
+                )
+                (work / name).mkdir()
+                steps = [
+                    {"event": "step", "phase": "rl", "step_seconds": 3.0, "kl_average": 0.1 * (seed + 1)}
+                    for _ in range(40)
+                ]
+                (work / name / "metrics.jsonl").write_text("\n".join(map(json.dumps, steps)) + "\n{cut")
+                if not (name.endswith("mu") and seed == 2):  # seed 2's lever run gave up
+                    (work / name / "summary.json").write_text(json.dumps({"rollbacks": seed - 1}))
+        text = "\n".join(table.ablation_table(work, [1, 2], "sampled", 4, ["mu", "none"], resamples=300))
+    print(text)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert rows["+ mu"].startswith("| + mu | 1,2 | 0.900 [0.900, 0.900] |"), rows["+ mu"]
+    assert "| +0.030 [+0.030, +0.030] | +0.030 [+0.030, +0.030] | +0.000 [+0.000, +0.000] |" in rows["+ mu"]
+    # Two runs of the lever, one finished (seed 1: no rollback, 2 minutes, KL 0.2 at the end).
+    assert rows["+ mu"].endswith("| 1/2 | 0 | 2.0 | 0.200 |"), rows["+ mu"]
+    assert rows["pass@4 RL (defaults)"].endswith("| - | - | - | 2/2 | 1 | 2.0 | 0.250 |")
+    assert rows["+ none"] == "| + none | none | - | - | - | - | - | - | - | - | - |"
+
+
 if __name__ == "__main__":
     tests = [(name, f) for name, f in sorted(globals().items()) if name.startswith("test_")]
     for name, test in tests:
