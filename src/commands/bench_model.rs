@@ -23,6 +23,7 @@ use trainer::bench_model::{
     use_torch_threads,
 };
 use trainer::device::Runtime;
+use trainer::generate::GrammarSchedule;
 
 pub use crate::training::DeviceChoice;
 use trainer::model::{CausalLm, Config, LoraConfig};
@@ -325,7 +326,8 @@ impl From<&RlStepThroughput> for RlStepFigures {
 struct ConstrainedFigures {
     #[serde(flatten)]
     generation: PhaseFigures,
-    /// The grammar's host seconds in every timed run.
+    /// The grammar's host seconds in every timed run that the decode loop spent on it (its
+    /// allowed sets computed beside the forward, so only what outlasted the forward counts).
     mask_seconds: Vec<f64>,
     /// New tokens of every timed run (each run draws its own samples).
     #[serde(default)]
@@ -334,11 +336,29 @@ struct ConstrainedFigures {
     mask_share: f64,
     /// The grammar's milliseconds per generated token over the timed runs.
     mask_ms_per_token: f64,
+    /// Milliseconds per generated token of grammar work hidden beside the forward.
+    #[serde(default)]
+    beside_forward_ms_per_token: f64,
+    /// The same runs (same seeds) with the allowed sets computed after the forward instead.
+    #[serde(default)]
+    after_forward: Option<AfterForwardFigures>,
     /// Samples that completed the grammar (ended on a stop token) rather than hit the limit.
     completed: usize,
     /// The tokenizer the grammar was compiled over, and its vocabulary.
     tokenizer: String,
     tokenizer_vocab: usize,
+}
+
+/// Constrained generation with the grammar's allowed sets computed after each forward, on the
+/// decode loop's thread: what computing them beside the forward is measured against.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct AfterForwardFigures {
+    #[serde(flatten)]
+    generation: PhaseFigures,
+    mask_seconds: Vec<f64>,
+    tokens: Vec<i64>,
+    mask_share: f64,
+    mask_ms_per_token: f64,
 }
 
 /// The RL step with the training update: its figures (tokens are generated + every pass's
@@ -857,20 +877,33 @@ fn constrained_k(
     repeats: usize,
     seed: u64,
 ) -> anyhow::Result<ConstrainedFigures> {
-    let run = constrained_generation_throughput(
-        model,
-        prompt,
-        sizes.samples as usize,
-        sizes.new_tokens as usize,
-        grammar,
-        warmup,
-        repeats,
-        seed,
-    )?;
+    let measure = |schedule| {
+        constrained_generation_throughput(
+            model,
+            prompt,
+            sizes.samples as usize,
+            sizes.new_tokens as usize,
+            grammar,
+            warmup,
+            repeats,
+            seed,
+            schedule,
+        )
+    };
+    let run = measure(GrammarSchedule::BesideForward)?;
+    let after = measure(GrammarSchedule::AfterForward)?;
     Ok(ConstrainedFigures {
         generation: (&run.throughput).into(),
         mask_share: run.mask_share(),
         mask_ms_per_token: run.mask_ms_per_token(),
+        beside_forward_ms_per_token: run.beside_forward_ms_per_token(),
+        after_forward: Some(AfterForwardFigures {
+            generation: (&after.throughput).into(),
+            mask_share: after.mask_share(),
+            mask_ms_per_token: after.mask_ms_per_token(),
+            mask_seconds: after.mask_seconds,
+            tokens: after.tokens,
+        }),
         mask_seconds: run.mask_seconds,
         tokens: run.tokens,
         completed: run.completed,
@@ -1211,10 +1244,22 @@ fn print_table(report: &Report) {
             },
         );
         let per_token = 1e3 / constrained.generation.tokens_per_s;
+        let after = constrained.after_forward.as_ref().map_or_else(
+            || "-".to_owned(),
+            |after| {
+                format!(
+                    "{:.4} ms per token with the grammar after the forward ({:.4} ms, {:.1}% of it)",
+                    1e3 / after.generation.tokens_per_s,
+                    after.mask_ms_per_token,
+                    100.0 * after.mask_share,
+                )
+            },
+        );
         println!(
-            "generate_k_constrained: the grammar took {:.4} ms per token, {:.1}% of generation time (goal < 10%); {per_token:.4} ms per token constrained, {free} unconstrained (generate_k); {} of {} samples completed the grammar; tokenizer {} ({} tokens)",
+            "generate_k_constrained: the grammar cost the decode loop {:.4} ms per token, {:.1}% of generation time (goal < 10%), {:.4} ms more ran beside the forward; {per_token:.4} ms per token constrained, {after}, {free} unconstrained (generate_k); {} of {} samples completed the grammar; tokenizer {} ({} tokens)",
             constrained.mask_ms_per_token,
             100.0 * constrained.mask_share,
+            constrained.beside_forward_ms_per_token,
             constrained.completed,
             settings.samples as usize * constrained.mask_seconds.len(),
             constrained.tokenizer,

@@ -172,6 +172,13 @@ fn bench_model_measures_the_grammar_alone_and_names_a_bad_tokenizer() {
         Some(2)
     );
     assert!(constrained["mask_ms_per_token"].as_f64().unwrap() > 0.0);
+    // The allowed sets beside the forward, against the same seeds with them after it: the same
+    // samples, so the same tokens, and no work beside the forward there.
+    assert!(constrained["beside_forward_ms_per_token"].as_f64().unwrap() > 0.0);
+    let after = &constrained["after_forward"];
+    assert_eq!(after["tokens"], constrained["tokens"]);
+    assert!(after["mask_ms_per_token"].as_f64().unwrap() > 0.0);
+    assert!(after["tokens_per_s"].as_f64().unwrap() > 0.0);
     let vocab = constrained["tokenizer_vocab"].as_u64().unwrap();
     assert!(
         (256..=1024).contains(&vocab),

@@ -26,7 +26,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::chat_policy::{Sequence, pack, split_evenly};
 use crate::device::Runtime;
-use crate::generate::{FinishedRows, GenerateError, GenerationRequest, generate};
+use crate::generate::{FinishedRows, GenerateError, GenerationRequest, GrammarSchedule, generate};
 use crate::logprobs::reference_logprobs;
 use crate::model::{Architecture, CausalLm, Config, LoraConfig, ModelError, Rope, RopeScaling};
 use crate::rl_loss::{PolicyLossConfig, PolicyLossInputs, policy_loss};
@@ -629,8 +629,15 @@ pub struct ConstrainedThroughput {
     pub sequences: usize,
     /// New tokens of every timed run.
     pub tokens: Vec<i64>,
-    /// Host seconds the grammar took in every timed run (`GenerationCounters::mask_time`).
+    /// When the allowed sets were computed.
+    pub schedule: GrammarSchedule,
+    /// Host seconds the decode loop spent on the grammar in every timed run
+    /// (`GenerationCounters::mask_time`: with [`GrammarSchedule::BesideForward`] only what
+    /// outlasted the forward).
     pub mask_seconds: Vec<f64>,
+    /// Seconds of grammar work that ran beside the forward in every timed run
+    /// (`GenerationCounters::mask_beside_forward`; zero after the forward).
+    pub beside_forward_seconds: Vec<f64>,
     /// Samples of the timed runs that ended on a stop token (the grammar complete) rather than
     /// the limit.
     pub completed: usize,
@@ -650,15 +657,25 @@ impl ConstrainedThroughput {
 
     /// The grammar's milliseconds per generated token over the timed runs.
     pub fn mask_ms_per_token(&self) -> f64 {
-        1e3 * self.mask_seconds.iter().sum::<f64>() / self.tokens.iter().sum::<i64>() as f64
+        self.ms_per_token(&self.mask_seconds)
+    }
+
+    /// Milliseconds per generated token of grammar work beside the forward.
+    pub fn beside_forward_ms_per_token(&self) -> f64 {
+        self.ms_per_token(&self.beside_forward_seconds)
+    }
+
+    fn ms_per_token(&self, seconds: &[f64]) -> f64 {
+        1e3 * seconds.iter().sum::<f64>() / self.tokens.iter().sum::<i64>() as f64
     }
 }
 
 /// Times [`generate`] of `sequences` samples of `prompt` at temperature 1, each masked to
-/// `grammar` and ending at its stop ids or after `max_new_tokens`; the grammar's own host time is
-/// read from the generation's counters. Each run draws with its own seed (`seed + run`): the
-/// samples, and so the work, differ from run to run (and on CUDA the same seed need not draw the
-/// same samples twice).
+/// `grammar` and ending at its stop ids or after `max_new_tokens`, its allowed sets computed as
+/// `schedule` says; the grammar's own host time is read from the generation's counters. Each run
+/// draws with its own seed (`seed + run`): the samples, and so the work, differ from run to run
+/// (and on CUDA the same seed need not draw the same samples twice). On the CPU two calls that
+/// differ only in `schedule` draw the same samples, so their times compare the schedules alone.
 #[expect(
     clippy::too_many_arguments,
     reason = "a benchmark's knobs, each set by a different flag"
@@ -672,6 +689,7 @@ pub fn constrained_generation_throughput(
     warmup: usize,
     repeats: usize,
     seed: u64,
+    schedule: GrammarSchedule,
 ) -> Result<ConstrainedThroughput, BenchError> {
     if sequences == 0 || max_new_tokens == 0 {
         return Err(BenchError::Settings(format!(
@@ -679,6 +697,7 @@ pub fn constrained_generation_throughput(
         )));
     }
     let mut request = constrained_request(prompt, sequences, max_new_tokens, grammar);
+    request.grammar_schedule = schedule;
     let mut runs = Vec::with_capacity(warmup + repeats);
     let throughput = measure_varying(model.runtime().device, warmup, repeats, |run| {
         request.seed = seed.wrapping_add(run as u64);
@@ -693,6 +712,7 @@ pub fn constrained_generation_throughput(
             tokens,
             generation.counters.mask_time.as_secs_f64(),
             completed,
+            generation.counters.mask_beside_forward.as_secs_f64(),
         ));
         Ok::<_, BenchError>(tokens)
     })?;
@@ -701,7 +721,9 @@ pub fn constrained_generation_throughput(
         throughput,
         sequences,
         tokens: timed.iter().map(|run| run.0).collect(),
+        schedule,
         mask_seconds: timed.iter().map(|run| run.1).collect(),
+        beside_forward_seconds: timed.iter().map(|run| run.3).collect(),
         completed: timed.iter().map(|run| run.2).sum(),
     })
 }

@@ -103,7 +103,7 @@ impl std::fmt::Debug for Grammar {
 }
 
 /// A panic inside a dependency, as text (llguidance and toktrie assert on some malformed input).
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {

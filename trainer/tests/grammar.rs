@@ -9,6 +9,7 @@ use std::time::Instant;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
+use trainer::generate::GrammarSchedule;
 use trainer::grammar::{Grammar, GrammarError, TokenMatcher, TokenSet, stack_token_sets};
 use trainer::preset::write_tiny_checkpoint;
 use trainer::tokenizer::{TOKENIZER_FILE, Tokenizer};
@@ -646,8 +647,21 @@ fn the_bench_times_the_grammar_inside_constrained_generation() {
         .prompt_ids("Recommend a change.", "timeouts")
         .unwrap();
 
-    let run = constrained_generation_throughput(&policy.model, &prompt, 3, 60, &grammar, 1, 2, 5)
-        .unwrap();
+    let measure = |schedule| {
+        constrained_generation_throughput(
+            &policy.model,
+            &prompt,
+            3,
+            60,
+            &grammar,
+            1,
+            2,
+            5,
+            schedule,
+        )
+        .unwrap()
+    };
+    let run = measure(GrammarSchedule::AfterForward);
     assert_eq!(run.tokens.len(), 2, "one count per timed run");
     for &tokens in &run.tokens {
         assert!((3..=3 * 60).contains(&tokens), "{tokens} tokens");
@@ -666,12 +680,66 @@ fn the_bench_times_the_grammar_inside_constrained_generation() {
     }
     assert!(run.mask_share() > 0.0 && run.mask_share() < 1.0);
     assert!(run.mask_ms_per_token() > 0.0);
+    assert!(run.beside_forward_seconds.iter().all(|&s| s == 0.0));
+
+    // Beside the forward: the same seeds draw the same samples; the sets' work is counted on
+    // the second thread, and the decode loop still spends some time on the grammar (the first
+    // step's sets, the mask, advancing the matchers).
+    let beside = measure(GrammarSchedule::BesideForward);
+    assert_eq!(
+        beside.tokens, run.tokens,
+        "the schedule must not change the samples"
+    );
+    assert!(beside.beside_forward_seconds.iter().all(|&s| s > 0.0));
+    for (mask, total) in beside.mask_seconds.iter().zip(&beside.throughput.seconds) {
+        assert!(*mask > 0.0 && mask < total, "mask {mask} s of {total} s");
+    }
 
     let mut free = GenerationRequest::new(vec![prompt]);
     free.num_samples = 2;
     free.max_new_tokens = 5;
     let generation = generate(&policy.model, &free).unwrap();
     assert_eq!(generation.counters.mask_time, std::time::Duration::ZERO);
+}
+
+/// Computing the allowed sets beside the forward or after it is a speed choice only: the same
+/// tokens, log-probs and allowed sets come out.
+#[test]
+fn the_grammar_schedule_does_not_change_the_samples() {
+    use trainer::chat_policy::ChatPolicy;
+    use trainer::device::{DeviceRequest, Runtime};
+    use trainer::generate::generate;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (_, tokenizer) = tiny_tokenizer(dir.path());
+    let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
+    let (policy, _) = ChatPolicy::load(dir.path(), runtime).unwrap();
+    let vocab_size = usize::try_from(policy.model.config().vocab_size).unwrap();
+    let grammar = Grammar::over_tokenizer(&tokenizer, &schema(), vocab_size).unwrap();
+    let prompt = policy
+        .prompt_ids("Recommend a change.", "timeouts")
+        .unwrap();
+    let mut request = constrained_request(&policy, &grammar, &prompt, 4, 60);
+    request.seed = 11;
+    let mut samples = Vec::new();
+    for schedule in [
+        GrammarSchedule::BesideForward,
+        GrammarSchedule::AfterForward,
+    ] {
+        request.grammar_schedule = schedule;
+        let generation = generate(&policy.model, &request).unwrap();
+        assert!(generation.samples.iter().any(|s| s.tokens.len() > 1));
+        if schedule == GrammarSchedule::BesideForward {
+            assert!(generation.counters.mask_beside_forward > std::time::Duration::ZERO);
+        } else {
+            assert_eq!(
+                generation.counters.mask_beside_forward,
+                std::time::Duration::ZERO
+            );
+        }
+        samples.push(generation.samples);
+    }
+    assert_eq!(samples[0], samples[1]);
 }
 
 /// Below f32 the update's behaviour log-probs are the trainer's own forward of the sampled tokens

@@ -25,7 +25,9 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tch::{Device, Kind, TchError, Tensor};
 
-use crate::grammar::{Grammar, GrammarError, TokenMatcher, TokenSet, stack_token_sets};
+use crate::grammar::{
+    Grammar, GrammarError, TokenMatcher, TokenSet, panic_message, stack_token_sets,
+};
 use crate::model::{CausalLm, KvCache, Logits, ModelError};
 use sampling::{SamplingParams, choose};
 
@@ -76,6 +78,19 @@ pub enum FinishedRows {
     DropWhenHalfFinished,
 }
 
+/// When each decode step works out its rows' allowed tokens (constrained requests only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GrammarSchedule {
+    /// On a second thread while the model computes the step's logits, as vLLM and SGLang overlap
+    /// their grammar masks with the forward: the allowed sets depend only on the tokens so far,
+    /// not on the logits, so the two are independent. The decode loop waits only for whatever of
+    /// the grammar's work outlasts the forward. The default.
+    #[default]
+    BesideForward,
+    /// After the forward, on the decode loop's thread (what the overlap is measured against).
+    AfterForward,
+}
+
 /// A batch of prompts to complete, k samples each. Build with [`GenerationRequest::new`] and set
 /// the fields that differ from its defaults.
 #[derive(Debug)]
@@ -115,6 +130,9 @@ pub struct GenerationRequest<'a> {
     /// one per prompt in [`Self::prompts`]' order. Their vocabulary must be the model's and their
     /// stop ids should be among `eos_token_ids`, so a sample ends where its grammar does.
     pub grammars: &'a [Grammar],
+    /// When the grammar's allowed sets are computed, a speed choice only: the same sets, so the
+    /// same tokens and log-probs, come out either way.
+    pub grammar_schedule: GrammarSchedule,
 }
 
 impl GenerationRequest<'_> {
@@ -144,6 +162,7 @@ impl GenerationRequest<'_> {
             prompt_keys: None,
             finished_rows: FinishedRows::default(),
             grammars: &[],
+            grammar_schedule: GrammarSchedule::default(),
         }
     }
 
@@ -213,10 +232,16 @@ pub struct GenerationCounters {
     pub prefill_time: Duration,
     /// Wall time of the decode loop, sampling included.
     pub decode_time: Duration,
-    /// Host time the grammar took inside the decode loop (constrained requests only): each row's
-    /// allowed set, the mask tensor, masking the logits and advancing the matchers. On CUDA the
-    /// masking kernel itself runs asynchronously and is not all counted here.
+    /// Host time the decode loop spent on the grammar (constrained requests only): the first
+    /// step's allowed sets, waiting for the later steps' sets where they outlasted the forward
+    /// ([`GrammarSchedule::BesideForward`]) or computing them after it, the mask tensor, masking
+    /// the logits and advancing the matchers. On CUDA the masking kernel itself runs
+    /// asynchronously and is not all counted here.
     pub mask_time: Duration,
+    /// Host time the allowed sets took on the second thread beside the forward
+    /// ([`GrammarSchedule::BesideForward`]); only the part that outlasted the forward is also in
+    /// `mask_time`.
+    pub mask_beside_forward: Duration,
 }
 
 impl GenerationCounters {
@@ -551,21 +576,21 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
         self.counters.prefill_time = started.elapsed();
 
         let started = Instant::now();
+        let mask_started = Instant::now();
+        let mut allowed = self.allowed_sets()?;
+        if allowed.is_some() {
+            self.counters.mask_time += mask_started.elapsed();
+        }
         loop {
-            self.choose_and_record(&logits)?;
+            self.choose_and_record(&logits, allowed.as_deref())?;
             if self.rows.iter().all(|&sample| self.states[sample].finished) {
                 break;
             }
             cache = self.maybe_drop_finished(cache)?;
             let (input, mask) = self.next_input()?;
-            logits = self.model.forward(
-                &input.f_to_device(device)?,
-                mask.map(|mask| mask.f_to_device(device))
-                    .transpose()?
-                    .as_ref(),
-                Some(&mut cache),
-                Logits::Last,
-            )?;
+            let input = input.f_to_device(device)?;
+            let mask = mask.map(|mask| mask.f_to_device(device)).transpose()?;
+            (logits, allowed) = self.forward_and_allowed(&input, mask.as_ref(), &mut cache)?;
             self.counters.decode_steps += 1;
             self.counters.decode_rows += self.rows.len() as u64;
         }
@@ -604,7 +629,68 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
 
     /// Chooses the next token of every cache row from `logits` `[rows, vocab]`, appends it to the
     /// unfinished samples and settles which of them finish.
-    fn choose_and_record(&mut self, logits: &Tensor) -> Result<(), GenerateError> {
+    /// The next step's logits from `input`, and its rows' allowed sets when the request has a
+    /// grammar, computed as [`GenerationRequest::grammar_schedule`] says.
+    fn forward_and_allowed(
+        &mut self,
+        input: &Tensor,
+        mask: Option<&Tensor>,
+        cache: &mut KvCache,
+    ) -> Result<(Tensor, Option<Vec<TokenSet>>), GenerateError> {
+        let model = self.model;
+        let forward = |cache: &mut KvCache| model.forward(input, mask, Some(cache), Logits::Last);
+        let Some(vocab_size) = self.grammar_vocab_size() else {
+            return Ok((forward(cache)?, None));
+        };
+        if self.request.grammar_schedule == GrammarSchedule::AfterForward {
+            let logits = forward(cache)?;
+            let started = Instant::now();
+            let sets = allowed_sets(&mut self.states, &self.rows, vocab_size)?;
+            self.counters.mask_time += started.elapsed();
+            return Ok((logits, Some(sets)));
+        }
+        let (states, rows) = (&mut self.states, &self.rows);
+        let (logits, sets, work, waited) = std::thread::scope(|scope| {
+            let worker = scope.spawn(move || {
+                let started = Instant::now();
+                let sets = allowed_sets(states, rows, vocab_size);
+                (sets, started.elapsed())
+            });
+            let logits = forward(cache);
+            let waiting = Instant::now();
+            let joined = worker.join();
+            let waited = waiting.elapsed();
+            let (sets, work) = joined.map_err(|payload| {
+                GenerateError::Grammar(GrammarError::Matcher(format!(
+                    "the thread computing the allowed tokens panicked: {}",
+                    panic_message(payload.as_ref())
+                )))
+            })?;
+            Ok::<_, GenerateError>((logits, sets, work, waited))
+        })?;
+        self.counters.mask_beside_forward += work;
+        self.counters.mask_time += waited;
+        Ok((logits?, Some(sets?)))
+    }
+
+    /// The vocabulary size of the request's grammars, when it has any (validated to be the
+    /// model's for every one).
+    fn grammar_vocab_size(&self) -> Option<usize> {
+        self.request.grammars.first().map(Grammar::vocab_size)
+    }
+
+    /// Each cache row's allowed next tokens when the request has a grammar.
+    fn allowed_sets(&mut self) -> Result<Option<Vec<TokenSet>>, GenerateError> {
+        self.grammar_vocab_size()
+            .map(|vocab_size| allowed_sets(&mut self.states, &self.rows, vocab_size))
+            .transpose()
+    }
+
+    fn choose_and_record(
+        &mut self,
+        logits: &Tensor,
+        allowed: Option<&[TokenSet]>,
+    ) -> Result<(), GenerateError> {
         let uniforms: Vec<f32> = if self.params.is_greedy() {
             vec![0.5; self.rows.len()]
         } else {
@@ -618,9 +704,8 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
                 .collect()
         };
         let mask_started = Instant::now();
-        let allowed = self.allowed_sets()?;
         let masked;
-        let logits = match &allowed {
+        let logits = match allowed {
             Some(sets) => {
                 let refs: Vec<&TokenSet> = sets.iter().collect();
                 let mask = stack_token_sets(&refs, logits.device())?;
@@ -659,7 +744,7 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
                 .sample
                 .sampling_logprobs
                 .push(host[2 * rows + row] as f32);
-            if let (Some(matcher), Some(sets)) = (state.matcher.as_mut(), allowed.as_ref()) {
+            if let (Some(matcher), Some(sets)) = (state.matcher.as_mut(), allowed) {
                 let consume_started = Instant::now();
                 matcher.consume(token)?;
                 state.sample.allowed.push(sets[row].clone());
@@ -674,23 +759,6 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
         }
         self.counters.mask_time += mask_time;
         Ok(())
-    }
-
-    /// Each cache row's allowed next tokens when the request has a grammar: the sample's
-    /// grammar state for unfinished rows, every token for finished ones (their token is unused).
-    fn allowed_sets(&mut self) -> Result<Option<Vec<TokenSet>>, GenerateError> {
-        let Some(grammar) = self.request.grammars.first() else {
-            return Ok(None);
-        };
-        let mut sets = Vec::with_capacity(self.rows.len());
-        for &sample in &self.rows {
-            let state = &mut self.states[sample];
-            match (&mut state.matcher, state.finished) {
-                (Some(matcher), false) => sets.push(matcher.allowed()?),
-                _ => sets.push(TokenSet::full(grammar.vocab_size())),
-            }
-        }
-        Ok(Some(sets))
     }
 
     /// Shrinks the cache to the unfinished rows when the policy says so.
@@ -749,6 +817,25 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
 
 /// Whether a sample whose completion is now `tokens` ends here, and why. Eos wins over a stop
 /// string completed by the same token; the length limit comes last.
+/// Each cache row's allowed next tokens: the sample's grammar state for unfinished rows, every
+/// token of the `vocab_size` for finished ones (their token is unused). Touches only the matchers,
+/// so it may run beside the forward.
+fn allowed_sets(
+    states: &mut [SampleState],
+    rows: &[usize],
+    vocab_size: usize,
+) -> Result<Vec<TokenSet>, GenerateError> {
+    let mut sets = Vec::with_capacity(rows.len());
+    for &sample in rows {
+        let state = &mut states[sample];
+        match (&mut state.matcher, state.finished) {
+            (Some(matcher), false) => sets.push(matcher.allowed()?),
+            _ => sets.push(TokenSet::full(vocab_size)),
+        }
+    }
+    Ok(sets)
+}
+
 fn finish_reason(
     tokens: &[i64],
     request: &GenerationRequest<'_>,
