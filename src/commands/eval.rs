@@ -363,6 +363,9 @@ fn print_table(report: &EvalReport) {
                 model.model.label(),
                 reasons.join(", ")
             );
+            for (reason, message) in &model.format_error_examples {
+                println!("  first {reason}: {message}");
+            }
         }
     }
 }

@@ -67,6 +67,9 @@ pub struct Verdict {
     pub format_valid: bool,
     /// Why not, when it is not ([`FormatError::kind`]).
     pub format_error: Option<&'static str>,
+    /// The parser's message saying where, when it is not (e.g. the field and the rule broken),
+    /// and the completion (its first 400 characters).
+    pub format_error_message: Option<String>,
     /// The canonical answer (majority voting's key); `None` when not well formed.
     pub answer: Option<String>,
     /// Whether the recommendation counts as accepted.
@@ -147,7 +150,7 @@ impl Grader {
     pub fn grade(&self, prompt: &RftPrompt, completion: &str, draw: u64) -> Verdict {
         let parsed = match parse_recommendation(completion, &prompt.current_config) {
             Ok(parsed) => parsed,
-            Err(err) => return invalid(&err),
+            Err(err) => return invalid(&err, completion),
         };
         let (accepted, acceptance_probability, reliability_gain) = match &self.source {
             Source::Logged => (
@@ -189,6 +192,7 @@ impl Grader {
             reward: base + if self.format_bonus { FORMAT_VALID } else { 0.0 },
             format_valid: true,
             format_error: None,
+            format_error_message: None,
             answer: Some(parsed.canonical),
             accepted,
             acceptance_probability,
@@ -197,11 +201,19 @@ impl Grader {
     }
 }
 
-fn invalid(err: &FormatError) -> Verdict {
+/// Longest part of a malformed completion a verdict quotes, in characters.
+const QUOTED_CHARS: usize = 400;
+
+fn invalid(err: &FormatError, completion: &str) -> Verdict {
+    let mut quoted: String = completion.chars().take(QUOTED_CHARS).collect();
+    if quoted.len() < completion.len() {
+        quoted.push('…');
+    }
     Verdict {
         reward: REJECTED,
         format_valid: false,
         format_error: Some(err.kind()),
+        format_error_message: Some(format!("{err}, in {quoted:?}")),
         answer: None,
         accepted: false,
         acceptance_probability: None,

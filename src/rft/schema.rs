@@ -22,8 +22,9 @@
 //! - Only the keys arc-rec understands (`KNOWN_CONFIG_KEYS`): `validate_diff` would let unknown
 //!   keys through, but a recommendation about a key nothing reads is not one.
 //! - Bounds `validate_*` does not have (string lengths, 32 tools, `max_tokens` up to a million,
-//!   `retry` not empty) keep every sample finite and meaningful; they are far above what the
-//!   world and the platform write (checked against a simulated world in the tests).
+//!   seconds in whole milliseconds from 1 ms, `retry` not empty) keep every sample finite and
+//!   meaningful; they are far above what the world and the platform write (checked against a
+//!   simulated world in the tests).
 
 use serde_json::{Value, json};
 
@@ -42,6 +43,8 @@ pub const MAX_TOOLS: usize = 32;
 pub const MAX_MAX_TOKENS: u64 = 1_000_000;
 /// Largest number of seconds `validate_diff` accepts for a timeout or a backoff.
 const MAX_SECONDS: f64 = 86_400.0;
+/// Smallest timeout or backoff a diff may set, and the step of every one: a millisecond.
+const MIN_SECONDS: f64 = 0.001;
 
 /// A string with at least one non-whitespace character (`validate_*`'s `trim().is_empty()`),
 /// at most `max` characters.
@@ -49,9 +52,14 @@ fn non_blank(max: usize) -> Value {
     json!({"type": "string", "minLength": 1, "maxLength": max, "pattern": "\\S"})
 }
 
-/// Seconds as `check_positive` accepts them: a number in (0, 86400].
+/// Seconds as `check_positive` accepts them (a number in (0, 86400]), in whole milliseconds
+/// from 1 ms. The inclusive minimum rather than `exclusiveMinimum: 0`: llguidance compiled
+/// `{"exclusiveMinimum": 0, "exclusiveMaximum": 1}` (a changed backoff below a current one) into
+/// a language with "0" in it, which `validate_diff` refuses (10 of 1,280 samples in an eval).
+/// The milliseconds bound the digits: unbounded, a sample spent its last 90 tokens on one
+/// timeout's decimals and was cut at the token limit.
 fn seconds() -> Value {
-    json!({"type": "number", "exclusiveMinimum": 0, "maximum": MAX_SECONDS})
+    json!({"type": "number", "minimum": MIN_SECONDS, "maximum": MAX_SECONDS, "multipleOf": MIN_SECONDS})
 }
 
 /// A retry's attempt count.
@@ -64,9 +72,9 @@ fn max_tokens() -> Value {
     json!({"type": "integer", "minimum": 1, "maximum": MAX_MAX_TOKENS})
 }
 
-/// A `temperature` value.
+/// A `temperature` value, in hundredths (so its digits end; see [`seconds`]).
 fn temperature() -> Value {
-    json!({"type": "number", "minimum": 0, "maximum": 2})
+    json!({"type": "number", "minimum": 0, "maximum": 2, "multipleOf": 0.01})
 }
 
 /// A `system_prompt` value.
@@ -174,8 +182,7 @@ fn class_escape(c: char) -> String {
     regex_escape(&c.to_string())
 }
 
-/// Numbers of `base`'s range except `current` (`base` has `minimum` or `exclusiveMinimum`, and
-/// `maximum`).
+/// Numbers of `base`'s range except `current` (`base` has `minimum` and `maximum`).
 fn number_except(base: &Value, current: f64) -> Value {
     let mut below = base.clone();
     let mut above = base.clone();
@@ -187,7 +194,14 @@ fn number_except(base: &Value, current: f64) -> Value {
     if let Some(map) = above.as_object_mut() {
         map.remove("minimum");
     }
-    json!({"anyOf": [below, above]})
+    // An empty side (current at a bound) is left out: llguidance refuses an empty range.
+    let minimum = base["minimum"].as_f64().unwrap_or(f64::NEG_INFINITY);
+    let maximum = base["maximum"].as_f64().unwrap_or(f64::INFINITY);
+    let sides: Vec<Value> = [(current > minimum, below), (current < maximum, above)]
+        .into_iter()
+        .filter_map(|(nonempty, side)| nonempty.then_some(side))
+        .collect();
+    json!({"anyOf": sides})
 }
 
 /// Integers in `[1, max]` except `current`.
@@ -631,6 +645,88 @@ mod grammar_tests {
         for kind in failures.keys() {
             assert_eq!(*kind, "no_change", "{failures:#?}");
         }
+    }
+
+    /// Every number a grammar takes, in any numeric field, is in range once parsed, and no
+    /// number runs on: the shared grammar and prompts' grammars over configurations whose
+    /// current backoff sits at several places in the range (a changed backoff below a current
+    /// one once let "0" through, `validate_diff`'s error), with exponents that would underflow or
+    /// overflow and runs of decimals (a sample once spent 90 tokens on one timeout's digits).
+    #[test]
+    fn numbers_the_grammars_take_are_in_range_and_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokenizer = tiny_tokenizer(dir.path());
+        let shared = compile(&tokenizer);
+        let config = json!({
+            "model": "m", "temperature": 0.5, "timeout_s": 30,
+            "retry": {"max_attempts": 3, "backoff_s": 2.5},
+            "tools": [{"name": "t", "timeout_s": 5}]
+        });
+        let mut grammars = vec![shared.clone()];
+        for backoff in [json!(2.5), json!(1), json!(0.5), json!(0.001), json!(null)] {
+            let mut config = config.clone();
+            config["retry"]["backoff_s"] = backoff;
+            let schema = recommendation_schema_changing(&config);
+            grammars.push(shared.recompile(&schema).unwrap());
+        }
+        let in_range = ["1", "2.5", "0.5", "0.01", "1.5", "86400", "0.125"];
+        let refused = [
+            "0",
+            "0.0",
+            "0.000",
+            "00",
+            "-0",
+            "-1",
+            "000.5",
+            "0.0001",
+            "86400.001",
+            "100000000",
+            "1e-999",
+            "1E-400",
+            "1e400",
+            "2e0",
+            "8.64e4",
+            "0.569055558050853055053050055757080508055065555575555577703057565305",
+        ];
+        let fields: [fn(&str) -> String; 5] = [
+            |n| format!("{{\"retry\":{{\"backoff_s\":{n}}}}}"),
+            |n| format!("{{\"retry\":{{\"backoff_s\":{n},\"max_attempts\":33}}}}"),
+            |n| format!("{{\"timeout_s\":{n}}}"),
+            |n| format!("{{\"temperature\":{n}}}"),
+            |n| format!("{{\"tools\":[{{\"name\":\"t\",\"timeout_s\":{n}}}]}}"),
+        ];
+        let mut taken = 0;
+        for grammar in &grammars {
+            for field in fields {
+                for number in in_range.iter().chain(&refused) {
+                    let text = format!(
+                        "{{\"type\":\"balanced\",\"diff\":{},\"rationale\":\"Because.\"}}",
+                        field(number)
+                    );
+                    if !accepts(grammar, &tokenizer, &text) {
+                        continue;
+                    }
+                    taken += 1;
+                    match parse_recommendation(&text, &config) {
+                        Ok(_) | Err(crate::rft::FormatError::NoChange) => {}
+                        Err(e) => panic!("a grammar takes {text}, which is malformed: {e}"),
+                    }
+                    // Temperatures stop at 2, with 0 allowed; seconds start at 1 ms.
+                    let temperature_zero =
+                        field("") == "{\"temperature\":}" && number.parse::<f64>() == Ok(0.0);
+                    assert!(
+                        !refused.contains(number) || temperature_zero,
+                        "a grammar takes {text}"
+                    );
+                }
+            }
+        }
+        // Each grammar takes the in-range numbers of every field but the ones it narrowed away
+        // (a current value, a temperature above 2).
+        assert!(
+            taken >= grammars.len() * (fields.len() * in_range.len() - 8),
+            "{taken} taken"
+        );
     }
 
     /// Whether `grammar` accepts `text` whole, ending at a stop token.

@@ -173,6 +173,10 @@ pub struct ModelReport {
     /// not counted.
     #[serde(default)]
     pub format_errors: BTreeMap<String, u64>,
+    /// For each reason of `format_errors`, the first such completion's error message (where the
+    /// parser stopped, or the field and the rule it broke).
+    #[serde(default)]
+    pub format_error_examples: BTreeMap<String, String>,
     /// `pass_at[k − 1]`: unbiased pass@k (accepted), k = 1..n.
     pub pass_at: Vec<f64>,
     /// `maj_at[k − 1]`: maj@k, the acceptance of the most frequent answer of k samples.
@@ -329,6 +333,11 @@ pub fn evaluate(
                 valid += f64::from(u8::from(sample.verdict.format_valid));
                 if let Some(reason) = sample.verdict.format_error {
                     *sums.format_errors.entry(reason.to_owned()).or_insert(0) += 1;
+                    if let Some(message) = &sample.verdict.format_error_message {
+                        sums.format_error_examples
+                            .entry(reason.to_owned())
+                            .or_insert_with(|| message.clone());
+                    }
                 }
                 sums.reliability_gain += sample.verdict.reliability_gain.unwrap_or(0.0);
             }
@@ -359,6 +368,7 @@ pub fn evaluate(
         prompts: prompts.len(),
         format_validity: sums.valid / samples,
         format_errors: sums.format_errors,
+        format_error_examples: sums.format_error_examples,
         pass_at: mean(sums.pass_at),
         maj_at: mean(sums.maj_at),
         greedy: GreedyFigures {
@@ -383,6 +393,7 @@ struct Sums {
     best_of: Vec<f64>,
     valid: f64,
     format_errors: BTreeMap<String, u64>,
+    format_error_examples: BTreeMap<String, String>,
     reliability_gain: f64,
     greedy_valid: f64,
     greedy_accepted: f64,
@@ -399,6 +410,7 @@ impl Sums {
             best_of: vec![0.0; n],
             valid: 0.0,
             format_errors: BTreeMap::new(),
+            format_error_examples: BTreeMap::new(),
             reliability_gain: 0.0,
             greedy_valid: 0.0,
             greedy_accepted: 0.0,
@@ -421,6 +433,7 @@ mod tests {
             prompts: 1,
             format_validity: 1.0,
             format_errors: BTreeMap::new(),
+            format_error_examples: BTreeMap::new(),
             pass_at: vec![0.5; n],
             maj_at: vec![0.5; n],
             greedy: GreedyFigures {

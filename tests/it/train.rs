@@ -398,6 +398,11 @@ async fn eval_compares_the_base_warm_up_and_rl_models_on_held_out_prompts() {
             (malformed as f64 - (1.0 - validity) * samples).abs() < 1e-6,
             "{malformed} malformed of {samples} samples at validity {validity}"
         );
+        // Each reason comes with its first sample's message.
+        let reasons: Vec<&String> = model["format_errors"].as_object().unwrap().keys().collect();
+        let examples = model["format_error_examples"].as_object().unwrap();
+        assert_eq!(examples.keys().collect::<Vec<_>>(), reasons);
+        assert!(examples.values().all(|m| !m.as_str().unwrap().is_empty()));
         assert!(model["greedy"]["acceptance_probability"].is_f64());
     }
     let written: serde_json::Value =
