@@ -20,6 +20,7 @@
 # --minibatches 2;dynamic=--dynamic-sampling"), adds for every seed and reward one more pass@k run
 # per entry, s$SEED-$REWARD-pass-NAME, from the same warm-up with the same seed and FLAGS added
 # to the defaults, evaluated like the others; the table compares each with the defaults' run.
+# $OBJECTIVES (default "pass@k mean") picks the main runs' objectives.
 #
 # Resumable: finished runs and evaluations are kept, unfinished ones redone (an evaluation
 # written before eval reported per-prompt figures counts as unfinished). Runs of the older layout
@@ -38,6 +39,14 @@ EVAL_N="${EVAL_N:-16}"
 WORLD_SEED="${WORLD_SEED:-1}"
 WORLD_OUTCOMES="${WORLD_OUTCOMES:-20000}"
 ABLATIONS="${ABLATIONS:-}"
+# The objectives of the main runs ("pass@k mean"; "pass@k" alone when only the ablation is wanted).
+OBJECTIVES="${OBJECTIVES:-pass@k mean}"
+for objective in $OBJECTIVES; do
+  case "$objective" in
+    pass@k|mean) ;;
+    *) echo "rft-experiment: OBJECTIVES takes pass@k and mean, not '$objective'" >&2; exit 2 ;;
+  esac
+done
 ablation_names=()
 ablation_flags=()
 IFS=';' read -ra ablation_specs <<< "$ABLATIONS"
@@ -107,7 +116,7 @@ for seed in $SEEDS; do
   train "w$seed" "w$seed.log" --model tiny --sft-steps "$SFT_STEPS" --steps 0
   evaluate "w$seed" warmup "w$seed.eval.json"
   for reward in $REWARDS; do
-    for objective in pass@k mean; do
+    for objective in $OBJECTIVES; do
       run="s$seed-$reward-${objective%@k}"
       train "$run" "$run.log" --model "w$seed/warmup-model" --sft-steps 0 --steps "$RL_STEPS" \
         --objective "$objective" --world-reward "$reward"
