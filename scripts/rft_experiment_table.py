@@ -231,8 +231,10 @@ def collect(work, seeds, reward, k):
 
 
 def training_facts(run_dir):
-    """What one run's training did, from its directory: (finished, rollbacks, minutes of steps,
-    the last step's moving-average KL per token); None where the run directory is missing."""
+    """What one run's training did, from its directory: (finished, rollbacks, minutes, the last
+    step's moving-average KL per token); None where the run directory is missing. Minutes are
+    the wall time from the run's start (run_id, written once) to its summary.json, so steps
+    redone after a rollback count; for an unfinished run, the kept steps' own seconds."""
     if not run_dir.is_dir():
         return None
     finished, rollbacks = False, 0
@@ -255,6 +257,9 @@ def training_facts(run_dir):
             seconds += float(event.get("step_seconds") or 0.0)
             if event.get("kl_average") is not None:
                 kl = float(event["kl_average"])
+    if finished and (run_dir / "run_id").is_file():
+        started = (run_dir / "run_id").stat().st_mtime
+        seconds = max(0.0, (run_dir / "summary.json").stat().st_mtime - started)
     return finished, rollbacks, seconds / 60.0, kl
 
 

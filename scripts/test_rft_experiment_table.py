@@ -6,6 +6,7 @@ a hand-made work directory.
     .venv/bin/python -m pytest scripts/test_rft_experiment_table.py
 """
 import json
+import os
 import random
 import sys
 import tempfile
@@ -210,6 +211,10 @@ def test_the_ablation_table_compares_each_lever_with_the_defaults():
                 (work / name / "metrics.jsonl").write_text("\n".join(map(json.dumps, steps)) + "\n{cut")
                 if not (name.endswith("mu") and seed == 2):  # seed 2's lever run gave up
                     (work / name / "summary.json").write_text(json.dumps({"rollbacks": seed - 1}))
+                    if seed == 2:  # wall time from run_id to summary.json: 3 minutes
+                        (work / name / "run_id").write_text("rft-x")
+                        os.utime(work / name / "run_id", (1000.0, 1000.0))
+                        os.utime(work / name / "summary.json", (1180.0, 1180.0))
         text = "\n".join(table.ablation_table(work, [1, 2], "sampled", 4, ["mu", "none"], resamples=300))
     print(text)
     rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
@@ -217,7 +222,8 @@ def test_the_ablation_table_compares_each_lever_with_the_defaults():
     assert "| +0.030 [+0.030, +0.030] | +0.030 [+0.030, +0.030] | +0.000 [+0.000, +0.000] |" in rows["+ mu"]
     # Two runs of the lever, one finished (seed 1: no rollback, 2 minutes, KL 0.2 at the end).
     assert rows["+ mu"].endswith("| 1/2 | 0 | 2.0 | 0.200 |"), rows["+ mu"]
-    assert rows["pass@4 RL (defaults)"].endswith("| - | - | - | 2/2 | 1 | 2.0 | 0.250 |")
+    # The defaults: 2 minutes of steps (seed 1, no run_id) and 3 of wall time (seed 2).
+    assert rows["pass@4 RL (defaults)"].endswith("| - | - | - | 2/2 | 1 | 2.5 | 0.250 |")
     assert rows["+ none"] == "| + none | none | - | - | - | - | - | - | - | - | - |"
 
 

@@ -342,6 +342,10 @@ struct ConstrainedFigures {
     /// The same runs (same seeds) with the allowed sets computed after the forward instead.
     #[serde(default)]
     after_forward: Option<AfterForwardFigures>,
+    /// Which of the two generation uses by default here (`GrammarSchedule::Auto`):
+    /// `beside_forward` or `after_forward`.
+    #[serde(default)]
+    default_schedule: String,
     /// Samples that completed the grammar (ended on a stop token) rather than hit the limit.
     completed: usize,
     /// The tokenizer the grammar was compiled over, and its vocabulary.
@@ -904,6 +908,11 @@ fn constrained_k(
             mask_seconds: after.mask_seconds,
             tokens: after.tokens,
         }),
+        default_schedule: match GrammarSchedule::Auto.resolve(model.runtime().device) {
+            GrammarSchedule::AfterForward => "after_forward",
+            _ => "beside_forward",
+        }
+        .to_owned(),
         mask_seconds: run.mask_seconds,
         tokens: run.tokens,
         completed: run.completed,
@@ -1256,10 +1265,11 @@ fn print_table(report: &Report) {
             },
         );
         println!(
-            "generate_k_constrained: the grammar cost the decode loop {:.4} ms per token, {:.1}% of generation time (goal < 10%), {:.4} ms more ran beside the forward; {per_token:.4} ms per token constrained, {after}, {free} unconstrained (generate_k); {} of {} samples completed the grammar; tokenizer {} ({} tokens)",
+            "generate_k_constrained: with the grammar beside the forward it cost the decode loop {:.4} ms per token, {:.1}% of generation time (goal < 10%), {:.4} ms more ran beside the forward; {per_token:.4} ms per token constrained, {after}, {free} unconstrained (generate_k); the default here: {}; {} of {} samples completed the grammar; tokenizer {} ({} tokens)",
             constrained.mask_ms_per_token,
             100.0 * constrained.mask_share,
             constrained.beside_forward_ms_per_token,
+            constrained.default_schedule,
             constrained.completed,
             settings.samples as usize * constrained.mask_seconds.len(),
             constrained.tokenizer,

@@ -179,6 +179,11 @@ fn bench_model_measures_the_grammar_alone_and_names_a_bad_tokenizer() {
     assert_eq!(after["tokens"], constrained["tokens"]);
     assert!(after["mask_ms_per_token"].as_f64().unwrap() > 0.0);
     assert!(after["tokens_per_s"].as_f64().unwrap() > 0.0);
+    let default = constrained["default_schedule"].as_str().unwrap();
+    assert!(
+        ["beside_forward", "after_forward"].contains(&default),
+        "{default}"
+    );
     let vocab = constrained["tokenizer_vocab"].as_u64().unwrap();
     assert!(
         (256..=1024).contains(&vocab),

@@ -702,8 +702,8 @@ fn the_bench_times_the_grammar_inside_constrained_generation() {
     assert_eq!(generation.counters.mask_time, std::time::Duration::ZERO);
 }
 
-/// Computing the allowed sets beside the forward or after it is a speed choice only: the same
-/// tokens, log-probs and allowed sets come out.
+/// Computing the allowed sets beside the forward or after it (or as `Auto` picks) is a speed
+/// choice only: the same tokens, log-probs and allowed sets come out.
 #[test]
 fn the_grammar_schedule_does_not_change_the_samples() {
     use trainer::chat_policy::ChatPolicy;
@@ -725,21 +725,21 @@ fn the_grammar_schedule_does_not_change_the_samples() {
     for schedule in [
         GrammarSchedule::BesideForward,
         GrammarSchedule::AfterForward,
+        GrammarSchedule::Auto,
     ] {
         request.grammar_schedule = schedule;
         let generation = generate(&policy.model, &request).unwrap();
         assert!(generation.samples.iter().any(|s| s.tokens.len() > 1));
-        if schedule == GrammarSchedule::BesideForward {
-            assert!(generation.counters.mask_beside_forward > std::time::Duration::ZERO);
-        } else {
-            assert_eq!(
-                generation.counters.mask_beside_forward,
-                std::time::Duration::ZERO
-            );
-        }
+        let beside = generation.counters.mask_beside_forward > std::time::Duration::ZERO;
+        assert_eq!(
+            beside,
+            schedule.resolve(tch::Device::Cpu) == GrammarSchedule::BesideForward,
+            "{schedule:?}"
+        );
         samples.push(generation.samples);
     }
     assert_eq!(samples[0], samples[1]);
+    assert_eq!(samples[0], samples[2]);
 }
 
 /// Below f32 the update's behaviour log-probs are the trainer's own forward of the sampled tokens
