@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use super::peak_memory::peak_rss_mb_of;
 use crate::export::{ExportFormat, ExportOptions, export_to_file};
 use crate::storage::Database;
 use crate::storage::export_rows::{ExportFilter, export_sql};
@@ -147,7 +148,7 @@ async fn bench_export(args: &BenchExportArgs, database: &Database) -> anyhow::Re
         psql_copy_rows_per_s: copy_rows as f64 / theirs_s,
         psql_copy_bytes: copy_bytes,
         time_ratio: ours_s / theirs_s,
-        peak_rss_mb: peak_rss_mb(),
+        peak_rss_mb: peak_rss_mb_of("self"),
     };
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
@@ -213,23 +214,6 @@ fn psql_copy(database: &Database, out: &Path) -> anyhow::Result<f64> {
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
-}
-
-/// Peak resident set size of this process (VmHWM), in MB; 0 where /proc is unavailable.
-pub fn peak_rss_mb() -> f64 {
-    peak_rss_mb_of("self")
-}
-
-/// Peak resident set size of process `pid` (`self` for this one), in MB; 0 when unknown.
-pub fn peak_rss_mb_of(pid: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// Outcomes in the benchmark world's history (what the candidate statistics are computed from).

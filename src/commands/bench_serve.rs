@@ -372,7 +372,7 @@ fn start_server(
 
 impl ServerProcess {
     fn peak_rss_mb(&self) -> f64 {
-        crate::commands::bench::peak_rss_mb_of(&self.child.id().to_string())
+        crate::commands::peak_memory::peak_rss_mb_of(&self.child.id().to_string())
     }
 
     fn stop(&mut self) {

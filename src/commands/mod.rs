@@ -17,6 +17,7 @@ pub mod keys;
 pub mod load;
 #[cfg(feature = "rft")]
 pub mod model;
+pub mod peak_memory;
 pub mod serve;
 pub mod simulate;
 #[cfg(feature = "rft")]
