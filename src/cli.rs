@@ -1,8 +1,8 @@
 //! Command-line interface: one binary, one `Command` enum.
 
-use std::path::PathBuf;
+use clap::{Parser, Subcommand};
 
-use clap::{Args, Parser, Subcommand};
+use crate::commands::DatabaseArgs;
 
 /// arc-rec: exports Configuration→Outcome trajectories, fine-tunes a recommender, and serves
 /// configuration recommendations ranked by a Thompson-sampling bandit.
@@ -13,22 +13,6 @@ pub struct Cli {
     pub database: DatabaseArgs,
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Where the data lives.
-#[derive(Debug, Args)]
-pub struct DatabaseArgs {
-    /// Postgres server to use (libpq URL). Without it, arc-rec runs its own embedded cluster.
-    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
-    pub database_url: Option<String>,
-    /// Directory of the embedded cluster (created on first use; ignored with --database-url).
-    #[arg(
-        long,
-        env = "ARC_REC_DATA_DIR",
-        default_value = ".arc-rec",
-        global = true
-    )]
-    pub data_dir: PathBuf,
 }
 
 /// The things arc-rec does.

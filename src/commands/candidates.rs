@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::cli::DatabaseArgs;
+use super::DatabaseArgs;
 use crate::rft::model_candidates::{
     ClusterCandidates, Harvest, ServingContext, StoredCandidate, harvest, merge_clusters,
     serving_contexts,

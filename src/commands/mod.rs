@@ -23,11 +23,29 @@ pub mod simulate;
 #[cfg(feature = "rft")]
 pub mod train;
 
-use anyhow::Context;
+use std::path::PathBuf;
 
-use crate::cli::DatabaseArgs;
+use anyhow::Context;
+use clap::Args;
+
 use crate::storage::record_writer::WriteStats;
 use crate::storage::{Database, DatabaseTarget, EmbeddedOptions};
+
+/// Where the data lives.
+#[derive(Debug, Args)]
+pub struct DatabaseArgs {
+    /// Postgres server to use (libpq URL). Without it, arc-rec runs its own embedded cluster.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Directory of the embedded cluster (created on first use; ignored with --database-url).
+    #[arg(
+        long,
+        env = "ARC_REC_DATA_DIR",
+        default_value = ".arc-rec",
+        global = true
+    )]
+    pub data_dir: PathBuf,
+}
 
 /// Opens the database the arguments name and brings its schema up to date.
 pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {

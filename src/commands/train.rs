@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use objectives::Objective;
 
-use crate::cli::DatabaseArgs;
+use super::DatabaseArgs;
 use crate::rft::{GraderKind, RftDataset, WorldReward};
 use crate::storage::training_runs::{self, RunStatus};
 use crate::training::{
