@@ -11,7 +11,7 @@ use crate::domain::agent_config::{apply_merge_patch, config_hash, validate_confi
 use crate::domain::validation::FieldErrors;
 
 use super::catalogue::{MODELS, ModelSpec, TOOLS, model_spec};
-use super::environment::ObservedFailure;
+use super::failure::ObservedFailure;
 use super::sampling::stream_rng;
 
 pub use crate::domain::RecommendationType;

@@ -6,32 +6,19 @@
 //! pick is `env.best_of(&ctx, ..)` and its expected acceptance `env.acceptance_probability`.
 
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::agent::{AgentSpec, draw_initial_config};
 use super::candidates::candidate_diffs;
 use super::catalogue::{OrgProfile, ScenarioSpec, UserProfile};
 use super::embedding::ErrorEmbedder;
-use super::failure::{FailureMode, render_message};
+use super::failure::{FailureMode, ObservedFailure, render_message};
 use super::sampling::{chance, int_between, normal, pick, uniform, weighted_index};
 use super::trajectory::{RunSetting, failure_facts};
 use super::truth::{
     Effect, GroundTruth, HiddenState, Latent, ScenarioProfile, evaluate, mode_odds, sorted_rates,
 };
 use super::{World, WorldParams};
-
-/// One failure as a client reports it (`failure_context.failures[]` of the recommendations API).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ObservedFailure {
-    /// The error category label (`timeout`, `tool_error`, ...).
-    pub failure_category: String,
-    /// The error message as logged.
-    pub error_message: String,
-    /// The tool involved, when there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_name: Option<String>,
-}
 
 /// A failure context: what arc-rec is shown, plus the hidden truth used to score its answer.
 #[derive(Debug, Clone, PartialEq)]

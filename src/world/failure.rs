@@ -5,10 +5,23 @@
 //! [`super::truth`]; this file only says what a failure looks like.
 
 use rand::Rng;
+use serde::{Deserialize, Serialize};
 
 use crate::domain::records::{ErrorCategory, OutcomeStatus};
 
 use super::sampling::{hex_id, int_between, pick, uniform};
+
+/// One failure as a client reports it (`failure_context.failures[]` of the recommendations API).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedFailure {
+    /// The error category label (`timeout`, `tool_error`, ...).
+    pub failure_category: String,
+    /// The error message as logged.
+    pub error_message: String,
+    /// The tool involved, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+}
 
 /// A hidden cause of failure. The platform sees only messages, categories and trajectories; the
 /// mode itself is ground truth.

@@ -23,8 +23,9 @@ use super::agent::AgentSpec;
 use super::candidates::{Candidate, candidate_diffs};
 use super::catalogue::OrgProfile;
 use super::environment::{
-    ObservedFailure, draw_failing_config, draw_latent, draw_workload, needed_tools, profile_of,
+    draw_failing_config, draw_latent, draw_workload, needed_tools, profile_of,
 };
+use super::failure::ObservedFailure;
 use super::sampling::{
     chance, int_between, normal, pick, round_to, stream_rng, uniform, uuid, weighted_index,
 };

@@ -31,8 +31,9 @@ pub use catalogue::{
     DOMAINS, MODELS, ModelSpec, OrgProfile, ROLES, ScenarioSpec, TOOLS, ToolSpec, UserProfile,
     model_spec, providers, tool_spec,
 };
-pub use environment::{Context, Environment, Feedback, ObservedFailure};
+pub use environment::{Context, Environment, Feedback};
 pub use failure::FailureMode;
+pub use failure::ObservedFailure;
 pub use history::History;
 pub use truth::{Effect, GroundTruth, HiddenState, Latent, ScenarioProfile};
 

@@ -14,8 +14,7 @@ use crate::domain::records::{
 use super::agent::AgentSpec;
 use super::catalogue::{INVENTED_TOOLS, ScenarioSpec};
 use super::embedding::ErrorEmbedder;
-use super::environment::ObservedFailure;
-use super::failure::{FailureFacts, FailureMode, RenderedFailure, render_message};
+use super::failure::{FailureFacts, FailureMode, ObservedFailure, RenderedFailure, render_message};
 use super::sampling::{
     chance, int_between, mean_one_factor, normal, pick, round_to, uniform, uuid, weighted_index,
 };
