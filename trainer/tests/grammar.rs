@@ -622,30 +622,37 @@ fn constrained_samples_score_in_the_trainer_as_the_sampler_drew_them() {
     );
 }
 
+/// The tiny preset's policy on the CPU, written to `dir`, the test schema's grammar over its
+/// tokenizer and a prompt.
+fn tiny_policy_with_grammar(dir: &Path) -> (trainer::chat_policy::ChatPolicy, Grammar, Vec<i64>) {
+    use trainer::device::{DeviceRequest, Runtime};
+
+    let (_, tokenizer) = tiny_tokenizer(dir);
+    let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
+    let (policy, _) = trainer::chat_policy::ChatPolicy::load(dir, runtime).unwrap();
+    let vocab_size = usize::try_from(policy.model.config().vocab_size).unwrap();
+    let grammar = Grammar::over_tokenizer(&tokenizer, &schema(), vocab_size).unwrap();
+    let prompt = policy
+        .prompt_ids("Recommend a change.", "timeouts")
+        .unwrap();
+    (policy, grammar, prompt)
+}
+
 /// `bench model`'s constrained phase: every timed run draws its own samples and is counted, and
 /// the grammar's host time is counted inside each run's wall time (and is zero without a
 /// grammar).
 #[test]
 fn the_bench_times_the_grammar_inside_constrained_generation() {
     use trainer::bench_model::constrained_generation_throughput;
-    use trainer::chat_policy::ChatPolicy;
-    use trainer::device::{DeviceRequest, Runtime};
     use trainer::generate::{GenerationRequest, generate};
 
     let dir = tempfile::tempdir().unwrap();
-    let (_, tokenizer) = tiny_tokenizer(dir.path());
-    let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
-    let (policy, _) = ChatPolicy::load(dir.path(), runtime).unwrap();
-    let vocab_size = usize::try_from(policy.model.config().vocab_size).unwrap();
-    let grammar = Grammar::over_tokenizer(&tokenizer, &schema(), vocab_size).unwrap();
+    let (policy, grammar, prompt) = tiny_policy_with_grammar(dir.path());
     let stops: Vec<i64> = grammar.stop_ids().iter().map(|&id| i64::from(id)).collect();
     assert_eq!(
         stops, policy.stop_ids,
         "the tokenizer's stop ids end the grammar"
     );
-    let prompt = policy
-        .prompt_ids("Recommend a change.", "timeouts")
-        .unwrap();
 
     let measure = |schedule| {
         constrained_generation_throughput(
@@ -706,19 +713,10 @@ fn the_bench_times_the_grammar_inside_constrained_generation() {
 /// choice only: the same tokens, log-probs and allowed sets come out.
 #[test]
 fn the_grammar_schedule_does_not_change_the_samples() {
-    use trainer::chat_policy::ChatPolicy;
-    use trainer::device::{DeviceRequest, Runtime};
     use trainer::generate::generate;
 
     let dir = tempfile::tempdir().unwrap();
-    let (_, tokenizer) = tiny_tokenizer(dir.path());
-    let runtime = Runtime::select(DeviceRequest::Cpu).unwrap();
-    let (policy, _) = ChatPolicy::load(dir.path(), runtime).unwrap();
-    let vocab_size = usize::try_from(policy.model.config().vocab_size).unwrap();
-    let grammar = Grammar::over_tokenizer(&tokenizer, &schema(), vocab_size).unwrap();
-    let prompt = policy
-        .prompt_ids("Recommend a change.", "timeouts")
-        .unwrap();
+    let (policy, grammar, prompt) = tiny_policy_with_grammar(dir.path());
     let mut request = constrained_request(&policy, &grammar, &prompt, 4, 60);
     request.seed = 11;
     let mut samples = Vec::new();
