@@ -151,6 +151,12 @@ pub struct TrainArgs {
     /// Minibatches of whole groups per pass, one optimizer step each (≤ --prompts-per-step).
     #[arg(long, default_value_t = 1)]
     pub minibatches: usize,
+    /// Weight of the forbidden-mass penalty in the RL update: the mean −log P(the grammar's
+    /// allowed tokens) under the unmasked model, added to the loss, so the adapter keeps its
+    /// mass on the grammar's tokens and stays usable without the grammar (constrained runs
+    /// only; the metrics' forbidden_mass shows that mass either way). 0 is off.
+    #[arg(long, default_value_t = 0.0)]
+    pub forbidden_mass_coef: f64,
     /// β of the k3 KL penalty to the warm-up model (RL's adapters off); with --kl-target, its
     /// starting value.
     #[arg(long, default_value_t = 0.0)]
@@ -229,6 +235,7 @@ impl TrainArgs {
             clip_epsilon: (!self.no_clip).then_some(self.clip_epsilon),
             clip_epsilon_high: self.clip_epsilon_high,
             update_epochs: self.update_epochs,
+            forbidden_mass_coef: self.forbidden_mass_coef,
             minibatches: self.minibatches,
             kl_target: self.kl_target,
             kl_horizon: self.kl_horizon,

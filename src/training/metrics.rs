@@ -16,7 +16,8 @@ pub enum Phase {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum MetricsLine {
-    Step(StepMetrics),
+    /// Boxed: a step line is several times the size of a rollback line.
+    Step(Box<StepMetrics>),
     /// A NaN loss or a KL blow-up: the run went back to `to_step`'s checkpoint, lowered the
     /// learning rate, raised the KL coefficient and salted its random streams.
     Rollback(Rollback),
@@ -106,6 +107,11 @@ pub struct RlMetrics {
     /// code paths, not a policy change; see `PackedBatch::rescore_in_reduced_precision`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampler_gap: Option<f64>,
+    /// Constrained samples: the probability the unmasked model puts on tokens the grammar
+    /// forbids, mean over the first minibatch's tokens before the update (what keeps the adapter
+    /// usable without the grammar; `--forbidden-mass-coef` penalizes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forbidden_mass: Option<f64>,
     /// Optimizer steps the update took (epochs × minibatches; 0 without a group to train on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimizer_steps: Option<usize>,
@@ -114,7 +120,7 @@ pub struct RlMetrics {
 /// The step lines of a run's metrics, in order (rollback lines left out).
 pub fn steps(lines: &[MetricsLine]) -> impl Iterator<Item = &StepMetrics> {
     lines.iter().filter_map(|line| match line {
-        MetricsLine::Step(step) => Some(step),
+        MetricsLine::Step(step) => Some(step.as_ref()),
         MetricsLine::Rollback(_) => None,
     })
 }
@@ -124,11 +130,11 @@ impl MetricsLine {
     /// uninterrupted run.
     pub fn without_timings(&self) -> MetricsLine {
         match self {
-            MetricsLine::Step(step) => MetricsLine::Step(StepMetrics {
+            MetricsLine::Step(step) => MetricsLine::Step(Box::new(StepMetrics {
                 step_seconds: 0.0,
                 tokens_per_second: 0.0,
-                ..step.clone()
-            }),
+                ..step.as_ref().clone()
+            })),
             MetricsLine::Rollback(rollback) => MetricsLine::Rollback(rollback.clone()),
         }
     }

@@ -414,6 +414,7 @@ impl BatchFigures {
             kl_average: None,
             max_abs_log_ratio: None,
             sampler_gap: None,
+            forbidden_mass: None,
             optimizer_steps: None,
         }
     }

@@ -182,7 +182,7 @@ pub fn train(
         };
         match outcome {
             Ok(metrics) => {
-                run.append(&MetricsLine::Step(metrics.clone()))?;
+                run.append(&MetricsLine::Step(Box::new(metrics.clone())))?;
                 observer.step(&metrics, total);
                 state.step += 1;
             }
@@ -324,6 +324,7 @@ fn rl_step(
     rl.optimizer_steps = Some(update.optimizer_steps);
     rl.max_abs_log_ratio = (update.optimizer_steps > 0).then_some(update.max_abs_log_ratio);
     rl.sampler_gap = scored.sampler_gap;
+    rl.forbidden_mass = update.forbidden_mass;
     let seconds = started.elapsed().as_secs_f64();
     Ok(StepMetrics {
         step: seeds.step,
@@ -499,9 +500,9 @@ impl Learner {
         }
         // RL scores its samples as they were drawn: at the sampling temperature, with the
         // adapters' dropout off (the sampler's mode), so the policy ratio starts at 1.
-        let (temperature, adapter_dropout) = match phase {
-            Phase::Warmup => (1.0, true),
-            Phase::Rl => (settings.temperature, false),
+        let (temperature, adapter_dropout, forbidden_mass_coef) = match phase {
+            Phase::Warmup => (1.0, true, 0.0),
+            Phase::Rl => (settings.temperature, false, settings.forbidden_mass_coef),
         };
         let trainer = Trainer::new(
             &policy.model,
@@ -512,6 +513,7 @@ impl Learner {
                 gradient_checkpointing: settings.gradient_checkpointing,
                 temperature,
                 adapter_dropout,
+                forbidden_mass_coef,
                 ..TrainerConfig::default()
             },
         )?;

@@ -161,6 +161,10 @@ pub struct TrainSettings {
     /// Policy-update passes over each rollout batch (μ; older runs: 1).
     #[serde(default = "one")]
     pub update_epochs: usize,
+    /// Weight of the forbidden-mass penalty (`trainer::train_step::TrainerConfig::
+    /// forbidden_mass_coef`) in the RL update; 0 (older runs) is off.
+    #[serde(default)]
+    pub forbidden_mass_coef: f64,
     /// Minibatches (of whole groups) per pass, one optimizer step each (older runs: 1).
     #[serde(default = "one")]
     pub minibatches: usize,
@@ -223,10 +227,17 @@ impl TrainSettings {
     pub fn validate(&self) -> Result<(), String> {
         self.estimator()?;
         let positive = |value: f64| value.is_finite() && value > 0.0;
-        let checks: [(bool, String); 21] = [
+        let checks: [(bool, String); 22] = [
             (
                 self.update_epochs >= 1,
                 "--update-epochs must be at least 1".into(),
+            ),
+            (
+                self.forbidden_mass_coef.is_finite() && self.forbidden_mass_coef >= 0.0,
+                format!(
+                    "--forbidden-mass-coef must be a number ≥ 0, got {}",
+                    self.forbidden_mass_coef
+                ),
             ),
             (
                 (1..=self.prompts_per_step.max(1)).contains(&self.minibatches),
@@ -435,6 +446,7 @@ pub(crate) mod tests {
             clip_epsilon: Some(0.2),
             clip_epsilon_high: None,
             update_epochs: 1,
+            forbidden_mass_coef: 0.0,
             minibatches: 1,
             kl_target: None,
             kl_horizon: DEFAULT_KL_HORIZON,

@@ -39,6 +39,9 @@ pub struct UpdateStats {
     /// |log ρ| at the first minibatch (see the module docs).
     pub max_abs_log_ratio: f64,
     pub optimizer_steps: usize,
+    /// Constrained samples: the unmasked model's mean probability on forbidden tokens at the
+    /// first minibatch, before any update of the step.
+    pub forbidden_mass: Option<f64>,
 }
 
 /// The batch's sequences packed once, with the reference log-probs every minibatch reads.
@@ -162,6 +165,9 @@ pub fn policy_update(
                 if first {
                     stats.max_abs_log_ratio = loss_stats.max_abs_log_ratio;
                 }
+            }
+            if first {
+                stats.forbidden_mass = step.forbidden_mass;
             }
         }
     }

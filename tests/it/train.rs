@@ -59,6 +59,8 @@ fn train_command(fixture: &Fixture, out: &Path) -> assert_cmd::Command {
         // minibatches: the update must still score the samples as they were drawn.
         .args(["--temperature", "0.7", "--lora-dropout", "0.1"])
         .args(["--update-epochs", "2", "--minibatches", "2"])
+        // The forbidden-mass penalty is part of the loss, and of what a resume must restore.
+        .args(["--forbidden-mass-coef", "0.5"])
         // A random-initialised model never writes a valid recommendation, so every reward is −1
         // and every advantage 0: keeping those groups with a KL penalty still gives the RL steps
         // a gradient, so they exercise the optimizer, its saved state and the rollback.
@@ -108,6 +110,11 @@ async fn killed_runs_resume_to_the_same_metrics_as_an_uninterrupted_run() {
             assert_eq!(rl.optimizer_steps, Some(4), "{line:?}");
             let deviation = rl.max_abs_log_ratio.unwrap();
             assert!(deviation < 1e-3, "first-minibatch |log ratio| {deviation}");
+            let forbidden = rl.forbidden_mass.expect("constrained samples measure it");
+            assert!(
+                (0.0..1.0).contains(&forbidden),
+                "forbidden mass {forbidden}"
+            );
         }
     }
 

@@ -15,7 +15,9 @@ use tch::{Kind, TchError, Tensor};
 
 use crate::adamw::{AdamW, AdamWParams, OptimizerStateError};
 use crate::grammar::TokenSet;
-use crate::logprobs::{DEFAULT_CHUNK_TOKENS, ScoredTokens, head_logprobs};
+use crate::logprobs::{
+    DEFAULT_CHUNK_TOKENS, ScoredTokens, head_logprobs, head_logprobs_and_allowed_mass,
+};
 use crate::model::{CausalLm, ModelError};
 
 /// Why a training step could not run.
@@ -79,6 +81,12 @@ pub struct TrainerConfig {
     /// step must not: its samples and their "old" log-probs come from the dropout-free policy,
     /// and a loss scored with dropout on would see a ratio ≠ 1 before any update.
     pub adapter_dropout: bool,
+    /// Weight of the forbidden-mass penalty on batches with allowed sets (constrained samples):
+    /// the mean over scored tokens of `−log P(allowed)` under the unmasked distribution, added to
+    /// the loss. The policy's log-probs are those of the masked distribution, so without it
+    /// nothing holds the logits of the tokens the grammar forbids; with it the model keeps its
+    /// mass on the grammar's tokens and stays usable without the grammar. 0 turns it off.
+    pub forbidden_mass_coef: f64,
 }
 
 impl Default for TrainerConfig {
@@ -94,6 +102,7 @@ impl Default for TrainerConfig {
             gradient_checkpointing: false,
             temperature: 1.0,
             adapter_dropout: true,
+            forbidden_mass_coef: 0.0,
         }
     }
 }
@@ -136,6 +145,11 @@ impl TrainerConfig {
                 "chunk_tokens must be positive, got {}",
                 self.chunk_tokens
             ))
+        } else if !(self.forbidden_mass_coef.is_finite() && self.forbidden_mass_coef >= 0.0) {
+            Some(format!(
+                "forbidden_mass_coef must be a finite number ≥ 0, got {}",
+                self.forbidden_mass_coef
+            ))
         } else {
             None
         };
@@ -166,6 +180,20 @@ pub struct StepStats {
     pub grad_norm: f64,
     /// Tokens the loss scored.
     pub tokens: i64,
+    /// On batches with allowed sets: the mean probability, over the scored tokens and before
+    /// the update, that the unmasked model puts on tokens the grammar forbids.
+    pub forbidden_mass: Option<f64>,
+}
+
+/// What [`accumulate_gradients`] measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Accumulated {
+    /// The loss, the forbidden-mass penalty included.
+    pub loss: f64,
+    /// Tokens the loss scored.
+    pub tokens: i64,
+    /// See [`StepStats::forbidden_mass`].
+    pub forbidden_mass: Option<f64>,
 }
 
 /// File of [`Trainer::save_state`] holding the trainable variables' values (the adapters, or every
@@ -317,7 +345,11 @@ impl Trainer {
     where
         F: FnOnce(&Tensor, &Tensor) -> Result<Tensor, TrainError>,
     {
-        let (loss, tokens) = accumulate_gradients(model, batch, &self.config, loss_fn)?;
+        let Accumulated {
+            loss,
+            tokens,
+            forbidden_mass,
+        } = accumulate_gradients(model, batch, &self.config, loss_fn)?;
         if !loss.is_finite() {
             return Err(TrainError::NonFinite {
                 what: "loss",
@@ -336,6 +368,7 @@ impl Trainer {
             loss,
             grad_norm,
             tokens,
+            forbidden_mass,
         })
     }
 
@@ -394,21 +427,23 @@ pub fn masked_mean_nll(logprobs: &Tensor, scored_mask: &Tensor) -> Result<Tensor
 }
 
 /// Runs the forward, `loss_fn` and the backward pass, leaving the trainable variables' gradients
-/// in their `.grad()`; returns the loss and the number of scored tokens. The LM head is run twice
-/// per chunk (without a graph for the loss, with one for its backward) so at most one chunk's
-/// logits are held for autograd at any time. Of `config`, `chunk_tokens`, `temperature`,
-/// `adapter_dropout` and `gradient_checkpointing` (each decoder layer recomputed in the backward
-/// pass instead of keeping its activations: the same gradients) apply.
+/// in their `.grad()`; returns the loss, the number of scored tokens and, with allowed sets, the
+/// forbidden mass. The LM head is run twice per chunk (without a graph for the loss, with one
+/// for its backward) so at most one chunk's logits are held for autograd at any time. Of
+/// `config`, `chunk_tokens`, `temperature`, `adapter_dropout`, `gradient_checkpointing` (each
+/// decoder layer recomputed in the backward pass instead of keeping its activations: the same
+/// gradients) and `forbidden_mass_coef` apply.
 pub fn accumulate_gradients<F>(
     model: &CausalLm,
     batch: &TrainBatch,
     config: &TrainerConfig,
     loss_fn: F,
-) -> Result<(f64, i64), TrainError>
+) -> Result<Accumulated, TrainError>
 where
     F: FnOnce(&Tensor, &Tensor) -> Result<Tensor, TrainError>,
 {
     let (chunk_tokens, temperature) = (config.chunk_tokens, config.temperature);
+    let penalty = config.forbidden_mass_coef;
     let dropout = config.adapter_dropout;
     let attention_mask = batch.attention_mask.as_ref();
     let scored = ScoredTokens::new(
@@ -471,9 +506,11 @@ where
         .f_index_select(0, &scored.flat_index)?;
 
     let mut start = 0;
+    // Σ over scored tokens of −log P(allowed) and of P(forbidden), when there are allowed sets.
+    let (mut penalty_sum, mut forbidden_sum, mut constrained) = (0.0, 0.0, false);
     while start < tokens {
         let len = chunk_tokens.min(tokens - start);
-        let chunk = head_logprobs(
+        let (chunk, allowed_mass) = head_logprobs_and_allowed_mass(
             model,
             &rows_leaf.f_narrow(0, start, len)?,
             &scored.targets.f_narrow(0, start, len)?,
@@ -481,9 +518,24 @@ where
             temperature,
             allowed.map(|sets| &sets[start as usize..(start + len) as usize]),
         )?;
-        (chunk * token_grad.f_narrow(0, start, len)?)
-            .f_sum(Kind::Float)?
-            .f_backward()?;
+        let mut objective = (chunk * token_grad.f_narrow(0, start, len)?).f_sum(Kind::Float)?;
+        if let Some(log_allowed) = allowed_mass {
+            constrained = true;
+            let nll = log_allowed.f_neg()?.f_sum(Kind::Float)?;
+            penalty_sum += nll.f_double_value(&[])?;
+            forbidden_sum += tch::no_grad(|| {
+                log_allowed
+                    .f_exp()
+                    .and_then(|p| p.f_neg())
+                    .and_then(|p| p.f_add_scalar(1.0))
+                    .and_then(|p| p.f_sum(Kind::Float))
+                    .and_then(|p| p.f_double_value(&[]))
+            })?;
+            if penalty > 0.0 {
+                objective = objective.f_add(&nll.f_mul_scalar(penalty / tokens as f64)?)?;
+            }
+        }
+        objective.f_backward()?;
         start += len;
     }
     let rows_grad = rows_leaf.grad();
@@ -491,5 +543,14 @@ where
     if let Some(layers) = checkpointed {
         model.backward_checkpointed(layers)?;
     }
-    Ok((loss_value, tokens))
+    let penalty_value = if constrained && penalty > 0.0 {
+        penalty * penalty_sum / tokens as f64
+    } else {
+        0.0
+    };
+    Ok(Accumulated {
+        loss: loss_value + penalty_value,
+        tokens,
+        forbidden_mass: constrained.then(|| forbidden_sum / tokens as f64),
+    })
 }

@@ -182,7 +182,11 @@ fn recomputed_head_backward_equals_plain_autograd() {
             tensor.zero_grad();
         }
 
-        let (recomputed_loss, tokens) = accumulate_gradients(
+        let trainer::train_step::Accumulated {
+            loss: recomputed_loss,
+            tokens,
+            ..
+        } = accumulate_gradients(
             &model,
             &batch,
             &TrainerConfig {
