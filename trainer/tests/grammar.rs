@@ -605,17 +605,7 @@ fn constrained_samples_score_in_the_trainer_as_the_sampler_drew_them() {
         masked < 1e-4,
         "masked log-probs differ from the sampler's by {masked}"
     );
-    let unmasked_batch = trainer::train_step::TrainBatch {
-        input_ids: packed.batch.input_ids.shallow_clone(),
-        attention_mask: packed
-            .batch
-            .attention_mask
-            .as_ref()
-            .map(|t| t.shallow_clone()),
-        completion_mask: packed.batch.completion_mask.shallow_clone(),
-        allowed: None,
-    };
-    let unmasked = gap_to_sampler(&unmasked_batch);
+    let unmasked = gap_to_sampler(&without_allowed_sets(&packed.batch));
     assert!(
         unmasked > 1e-3,
         "the mask should change the log-probs ({unmasked})"
@@ -642,16 +632,7 @@ fn the_forbidden_mass_penalty_keeps_the_model_on_the_grammars_tokens() {
         .map(|sample| Sequence::sampled(&prompt, &sample.tokens, &sample.logprobs, &sample.allowed))
         .collect();
     let packed = pack(&sequences, policy.pad_id, tch::Device::Cpu).unwrap();
-    let free_batch = trainer::train_step::TrainBatch {
-        input_ids: packed.batch.input_ids.shallow_clone(),
-        attention_mask: packed
-            .batch
-            .attention_mask
-            .as_ref()
-            .map(|t| t.shallow_clone()),
-        completion_mask: packed.batch.completion_mask.shallow_clone(),
-        allowed: None,
-    };
+    let free_batch = without_allowed_sets(&packed.batch);
     policy
         .model
         .attach_lora(&trainer::model::LoraConfig::default())
@@ -725,6 +706,18 @@ fn the_forbidden_mass_penalty_keeps_the_model_on_the_grammars_tokens() {
         penalized_mass < plain_mass && penalized_mass < mass,
         "forbidden mass from {mass}: {plain_mass} without the penalty, {penalized_mass} with it"
     );
+}
+
+/// `batch` scored without its allowed sets (the unmasked distribution).
+fn without_allowed_sets(
+    batch: &trainer::train_step::TrainBatch,
+) -> trainer::train_step::TrainBatch {
+    trainer::train_step::TrainBatch {
+        input_ids: batch.input_ids.shallow_clone(),
+        attention_mask: batch.attention_mask.as_ref().map(|t| t.shallow_clone()),
+        completion_mask: batch.completion_mask.shallow_clone(),
+        allowed: None,
+    }
 }
 
 /// The tiny preset's policy on the CPU, written to `dir`, the test schema's grammar over its
