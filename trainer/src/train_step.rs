@@ -475,8 +475,10 @@ where
     // The head's input as a leaf: its gradient collects the head's backward, chunk by chunk.
     let rows_leaf = rows.f_detach()?.set_requires_grad(true);
 
-    let values = tch::no_grad(|| {
-        head_logprobs(
+    // Without a graph: the loss's log-probs and, with allowed sets, each token's log P(allowed),
+    // whose mean −log is the penalty and whose complement the forbidden mass.
+    let (values, log_allowed) = tch::no_grad(|| {
+        head_logprobs_and_allowed_mass(
             model,
             &rows_leaf,
             &scored.targets,
@@ -485,6 +487,24 @@ where
             allowed,
         )
     })?;
+    let (penalty_value, forbidden_mass) = match &log_allowed {
+        Some(log_allowed) => {
+            let mean_nll = log_allowed
+                .f_neg()?
+                .f_mean(Kind::Float)?
+                .f_double_value(&[])?;
+            let forbidden = log_allowed
+                .f_exp()?
+                .f_neg()?
+                .f_add_scalar(1.0)?
+                .f_mean(Kind::Float)?
+                .f_double_value(&[])?;
+            (penalty * mean_nll, Some(forbidden))
+        }
+        None => (0.0, None),
+    };
+    // The penalty's gradient is taken in the chunked backward below, only where it counts.
+    let penalized = penalty > 0.0 && log_allowed.is_some();
     let logprobs = scored.scatter(&values)?.set_requires_grad(true);
     let loss = loss_fn(&logprobs, &scored.mask)?;
     if loss.numel() != 1 {
@@ -506,35 +526,39 @@ where
         .f_index_select(0, &scored.flat_index)?;
 
     let mut start = 0;
-    // Σ over scored tokens of −log P(allowed) and of P(forbidden), when there are allowed sets.
-    let (mut penalty_sum, mut forbidden_sum, mut constrained) = (0.0, 0.0, false);
     while start < tokens {
         let len = chunk_tokens.min(tokens - start);
-        let (chunk, allowed_mass) = head_logprobs_and_allowed_mass(
-            model,
-            &rows_leaf.f_narrow(0, start, len)?,
-            &scored.targets.f_narrow(0, start, len)?,
-            chunk_tokens,
-            temperature,
-            allowed.map(|sets| &sets[start as usize..(start + len) as usize]),
-        )?;
-        let mut objective = (chunk * token_grad.f_narrow(0, start, len)?).f_sum(Kind::Float)?;
-        if let Some(log_allowed) = allowed_mass {
-            constrained = true;
-            let nll = log_allowed.f_neg()?.f_sum(Kind::Float)?;
-            penalty_sum += nll.f_double_value(&[])?;
-            forbidden_sum += tch::no_grad(|| {
-                log_allowed
-                    .f_exp()
-                    .and_then(|p| p.f_neg())
-                    .and_then(|p| p.f_add_scalar(1.0))
-                    .and_then(|p| p.f_sum(Kind::Float))
-                    .and_then(|p| p.f_double_value(&[]))
-            })?;
-            if penalty > 0.0 {
-                objective = objective.f_add(&nll.f_mul_scalar(penalty / tokens as f64)?)?;
-            }
-        }
+        let rows_chunk = rows_leaf.f_narrow(0, start, len)?;
+        let targets_chunk = scored.targets.f_narrow(0, start, len)?;
+        let allowed_chunk = allowed.map(|sets| &sets[start as usize..(start + len) as usize]);
+        let weights = token_grad.f_narrow(0, start, len)?;
+        let objective = if penalized {
+            let (chunk, log_allowed) = head_logprobs_and_allowed_mass(
+                model,
+                &rows_chunk,
+                &targets_chunk,
+                chunk_tokens,
+                temperature,
+                allowed_chunk,
+            )?;
+            let nll = log_allowed
+                .ok_or_else(|| TrainError::Batch("allowed sets vanished".into()))?
+                .f_neg()?
+                .f_sum(Kind::Float)?;
+            (chunk * weights)
+                .f_sum(Kind::Float)?
+                .f_add(&nll.f_mul_scalar(penalty / tokens as f64)?)?
+        } else {
+            let chunk = head_logprobs(
+                model,
+                &rows_chunk,
+                &targets_chunk,
+                chunk_tokens,
+                temperature,
+                allowed_chunk,
+            )?;
+            (chunk * weights).f_sum(Kind::Float)?
+        };
         objective.f_backward()?;
         start += len;
     }
@@ -543,14 +567,9 @@ where
     if let Some(layers) = checkpointed {
         model.backward_checkpointed(layers)?;
     }
-    let penalty_value = if constrained && penalty > 0.0 {
-        penalty * penalty_sum / tokens as f64
-    } else {
-        0.0
-    };
     Ok(Accumulated {
         loss: loss_value + penalty_value,
         tokens,
-        forbidden_mass: constrained.then(|| forbidden_sum / tokens as f64),
+        forbidden_mass,
     })
 }
