@@ -55,8 +55,9 @@ pub enum Phase {
     #[value(name = "rl_step")]
     RlStep,
     /// `generate` of k samples under the recommendation grammar (`--constrained on`),
-    /// temperature 1, each ending where the grammar does: the grammar mask's cost per token.
-    /// arc-rec only (the reference has no grammar).
+    /// temperature 1, each ending where the grammar does: the grammar mask's cost per token,
+    /// with the allowed sets beside the forward and, on the same seeds, after it. arc-rec only
+    /// (the reference has no grammar).
     #[value(name = "generate_k_constrained")]
     GenerateKConstrained,
     /// The RL step as `train` runs it: k samples under the recommendation grammar (each ending
