@@ -159,13 +159,22 @@ pub fn head_logprobs(
     temperature: f64,
     allowed: Option<&[&TokenSet]>,
 ) -> Result<Tensor, ModelError> {
-    Ok(head_logprobs_and_allowed_mass(model, rows, targets, chunk_tokens, temperature, allowed)?.0)
+    let scored = head_logprobs_and_allowed_mass(
+        model,
+        rows,
+        targets,
+        chunk_tokens,
+        temperature,
+        allowed,
+        false,
+    )?;
+    Ok(scored.0)
 }
 
-/// [`head_logprobs`], and with `allowed` also each row's `log P(allowed set)` `[n]` f32 under the
-/// unmasked distribution at `temperature` (≤ 0; 0 when the model puts no mass on the tokens the
-/// grammar forbids), from the same logits. Its negative is the forbidden-mass penalty
-/// ([`crate::train_step::TrainerConfig::forbidden_mass_coef`]).
+/// [`head_logprobs`], and with `allowed` and `with_mass` also each row's `log P(allowed set)`
+/// `[n]` f32 under the unmasked distribution at `temperature` (≤ 0; 0 when the model puts no mass
+/// on the tokens the grammar forbids), from the same logits. Its negative is the forbidden-mass
+/// penalty ([`crate::train_step::TrainerConfig::forbidden_mass_coef`]).
 pub fn head_logprobs_and_allowed_mass(
     model: &CausalLm,
     rows: &Tensor,
@@ -173,6 +182,7 @@ pub fn head_logprobs_and_allowed_mass(
     chunk_tokens: i64,
     temperature: f64,
     allowed: Option<&[&TokenSet]>,
+    with_mass: bool,
 ) -> Result<(Tensor, Option<Tensor>), ModelError> {
     if chunk_tokens <= 0 {
         return Err(ModelError::Input(format!(
@@ -192,7 +202,7 @@ pub fn head_logprobs_and_allowed_mass(
     let targets = targets.f_to_device(rows.device())?;
     if count == 0 {
         let empty = Tensor::f_zeros([0], (Kind::Float, rows.device()))?;
-        let mass = allowed.map(|_| empty.shallow_clone());
+        let mass = allowed.filter(|_| with_mass).map(|_| empty.shallow_clone());
         return Ok((empty, mass));
     }
     let mut pieces = Vec::new();
@@ -204,13 +214,15 @@ pub fn head_logprobs_and_allowed_mass(
         if let Some(allowed) = allowed {
             let chunk = &allowed[start as usize..(start + len) as usize];
             let mask = stack_token_sets(chunk, logits.device())?;
-            let scaled = logits.f_to_kind(Kind::Float)?.f_div_scalar(temperature)?;
-            let every = scaled.f_logsumexp([-1], false)?;
-            let kept = scaled
-                .f_masked_fill(&mask.f_logical_not()?, f64::NEG_INFINITY)?
-                .f_logsumexp([-1], false)?;
-            // ≤ 0 up to rounding: the allowed set is part of the vocabulary.
-            masses.push(kept.f_sub(&every)?.f_clamp_max(0.0)?);
+            if with_mass {
+                let scaled = logits.f_to_kind(Kind::Float)?.f_div_scalar(temperature)?;
+                let every = scaled.f_logsumexp([-1], false)?;
+                let kept = scaled
+                    .f_masked_fill(&mask.f_logical_not()?, f64::NEG_INFINITY)?
+                    .f_logsumexp([-1], false)?;
+                // ≤ 0 up to rounding: the allowed set is part of the vocabulary.
+                masses.push(kept.f_sub(&every)?.f_clamp_max(0.0)?);
+            }
             logits = logits.f_masked_fill(&mask.f_logical_not()?, f64::NEG_INFINITY)?;
         }
         let log_probs = if temperature == 1.0 {

@@ -15,9 +15,7 @@ use tch::{Kind, TchError, Tensor};
 
 use crate::adamw::{AdamW, AdamWParams, OptimizerStateError};
 use crate::grammar::TokenSet;
-use crate::logprobs::{
-    DEFAULT_CHUNK_TOKENS, ScoredTokens, head_logprobs, head_logprobs_and_allowed_mass,
-};
+use crate::logprobs::{DEFAULT_CHUNK_TOKENS, ScoredTokens, head_logprobs_and_allowed_mass};
 use crate::model::{CausalLm, ModelError};
 
 /// Why a training step could not run.
@@ -485,6 +483,7 @@ where
             chunk_tokens,
             temperature,
             allowed,
+            true,
         )
     })?;
     let (penalty_value, forbidden_mass) = match &log_allowed {
@@ -532,33 +531,20 @@ where
         let targets_chunk = scored.targets.f_narrow(0, start, len)?;
         let allowed_chunk = allowed.map(|sets| &sets[start as usize..(start + len) as usize]);
         let weights = token_grad.f_narrow(0, start, len)?;
-        let objective = if penalized {
-            let (chunk, log_allowed) = head_logprobs_and_allowed_mass(
-                model,
-                &rows_chunk,
-                &targets_chunk,
-                chunk_tokens,
-                temperature,
-                allowed_chunk,
-            )?;
-            let nll = log_allowed
-                .ok_or_else(|| TrainError::Batch("allowed sets vanished".into()))?
-                .f_neg()?
-                .f_sum(Kind::Float)?;
-            (chunk * weights)
-                .f_sum(Kind::Float)?
-                .f_add(&nll.f_mul_scalar(penalty / tokens as f64)?)?
-        } else {
-            let chunk = head_logprobs(
-                model,
-                &rows_chunk,
-                &targets_chunk,
-                chunk_tokens,
-                temperature,
-                allowed_chunk,
-            )?;
-            (chunk * weights).f_sum(Kind::Float)?
-        };
+        let (chunk, log_allowed) = head_logprobs_and_allowed_mass(
+            model,
+            &rows_chunk,
+            &targets_chunk,
+            chunk_tokens,
+            temperature,
+            allowed_chunk,
+            penalized,
+        )?;
+        let mut objective = (chunk * weights).f_sum(Kind::Float)?;
+        if let Some(log_allowed) = log_allowed {
+            let nll = log_allowed.f_neg()?.f_sum(Kind::Float)?;
+            objective = objective.f_add(&nll.f_mul_scalar(penalty / tokens as f64)?)?;
+        }
         objective.f_backward()?;
         start += len;
     }
