@@ -4,7 +4,7 @@
 (seed, prompt), from one world's work directory.
 
     rft_experiment_table.py WORK_DIR [--seeds 1 2 3 4 5] [--rewards sampled expected] [--k 4]
-                            [--ablations NAME ...]
+                            [--ablations NAME ...] [--drift]
 
 Reads WORK_DIR/w{seed}.eval.json (the warm-up model; before it existed, the pass@k run's file
 held it as its base), WORK_DIR/s{seed}-{reward}-pass.eval.json and -mean.eval.json (the RL
@@ -24,6 +24,9 @@ With --ablations, one more table: each NAME's pass@k run (s{seed}-{reward}-pass-
 defaults plus that lever's flags, same warm-up and seed) against the defaults' pass@k run, paired
 over (seed, prompt), with what its training did (from the run directory: rollbacks, minutes of
 steps, KL per token at the end); a run without summary.json did not finish (gave up or stopped).
+
+With --drift, every finished run (pass@k, mean and the levers) by how far it moved from its
+warm-up (KL per token at the end) and what it gained on best-of-k, with their rank correlation.
 """
 import argparse
 import functools
@@ -323,6 +326,74 @@ def ablation_table(work, seeds, reward, k, names, resamples=RESAMPLES, seed=BOOT
     return lines
 
 
+def _ranks(values):
+    """Ranks from 1, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for i in order[start : end + 1]:
+            ranks[i] = (start + end) / 2 + 1
+        start = end + 1
+    return ranks
+
+
+def spearman(xs, ys):
+    """Spearman's rank correlation of two equally long lists (NaN below 3 pairs or with no
+    spread)."""
+    if len(xs) != len(ys) or len(xs) < 3:
+        return math.nan
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else math.nan
+
+
+def drift_table(work, seeds, reward, k, names):
+    """Every finished RL run of the work directory (pass@k, mean, each ablation lever) with how
+    far it moved from its warm-up (the moving-average KL per token at its last step) and what it
+    gained (best-of-k P(acc) − its warm-up's, over the prompts both have), sorted by KL, and
+    Spearman's rank correlation of the two."""
+    best = f"best-of-{k} P(acc)"
+    runs = [f"s{{seed}}-{reward}-pass", f"s{{seed}}-{reward}-mean"]
+    runs += [f"s{{seed}}-{reward}-pass-{name}" for name in names]
+    warmups = collect(work, seeds, reward, k)[WARMUP]
+    found = []
+    for s in seeds:
+        warm = warmups.get(s)
+        for pattern in runs:
+            run = pattern.format(seed=s)
+            report = load(work / f"{run}.eval.json")
+            facts = training_facts(work / run)
+            models = {m["model"]: m for m in report["models"]} if report else {}
+            if not warm or "rl" not in models or not facts or not facts[0] or math.isnan(facts[3]):
+                continue
+            series = model_series(models["rl"], k)
+            prompts = [p for p in series if best in series[p] and best in warm.get(p, {})]
+            if not prompts:
+                continue
+            gain = sum(series[p][best] - warm[p][best] for p in prompts) / len(prompts)
+            found.append((facts[3], gain, run))
+    found.sort()
+    lines = [
+        f"Drift and gain, reward {reward}: each finished run's KL per token to its warm-up at the"
+        f" end against its {best} gain over the warm-up:",
+        "",
+        f"| run | KL/token at end | Δ {best} vs warm-up |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {run} | {kl:.3f} | {gain:+.3f} |" for kl, gain, run in found]
+    rho = spearman([f[0] for f in found], [f[1] for f in found])
+    lines += ["", f"{len(found)} runs; Spearman's rank correlation of KL and gain: "
+              + ("-" if math.isnan(rho) else f"{rho:+.2f}")]
+    return lines
+
+
 def grids(rows, names, figure):
     """Aligned grids of `figure` for `names`: the seeds every one has, the prompts every one of
     those has (in sorted id order). Returns (seeds, prompts, [grid per name]) or None."""
@@ -456,6 +527,11 @@ def main():
     parser.add_argument(
         "--ablations", nargs="+", default=[], metavar="NAME", help="ablation runs to compare"
     )
+    parser.add_argument(
+        "--drift",
+        action="store_true",
+        help="also list every finished run's KL at the end against its gain over its warm-up",
+    )
     args = parser.parse_args()
     if args.k < 1 or args.resamples < 1:
         parser.error("--k and --resamples must be at least 1")
@@ -481,6 +557,9 @@ def main():
                     )
                 )
             )
+        if args.drift:
+            print()
+            print("\n".join(drift_table(args.work, args.seeds, reward, args.k, args.ablations)))
 
 
 if __name__ == "__main__":

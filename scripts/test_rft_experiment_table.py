@@ -6,6 +6,7 @@ a hand-made work directory.
     .venv/bin/python -m pytest scripts/test_rft_experiment_table.py
 """
 import json
+import math
 import os
 import random
 import sys
@@ -226,6 +227,53 @@ def test_the_ablation_table_compares_each_lever_with_the_defaults():
     assert rows["pass@4 RL (defaults)"].endswith("| - | - | - | 2/2 | 1 | 2.5 | 0.250 |")
     assert rows["+ none"] == "| + none | none | - | - | - | - | - | - | - | - | - |"
 
+
+def test_spearman_ranks_with_ties_against_a_hand_computed_value():
+    assert table.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert table.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    # Ranks (1, 2.5, 2.5, 4) and (1, 2, 3, 4): covariance 4.5 over sqrt(4.5 · 5).
+    assert abs(table.spearman([1, 5, 5, 9], [1, 2, 3, 4]) - 4.5 / (4.5 * 5) ** 0.5) < 1e-12
+    assert math.isnan(table.spearman([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(table.spearman([1, 2], [1, 2]))
+
+
+def test_the_drift_table_sets_each_run_s_kl_against_its_gain_over_its_warm_up():
+    prompts = [f"acme/c{i}/1" for i in range(6)]
+    with tempfile.TemporaryDirectory() as work:
+        work = Path(work)
+        for seed in (1, 2):
+            warm = lambda i, s=seed: 0.40 + 0.01 * i + 0.02 * s
+            (work / f"w{seed}.eval.json").write_text(
+                json.dumps(eval_report({"warmup": warm}, prompts, baselines(prompts)))
+            )
+            # (run, gain over the warm-up, KL at the end, finished)
+            for run, gain, kl, finished in (
+                ("s{}-sampled-pass", 0.10 * seed, 0.5 * seed, True),
+                ("s{}-sampled-mean", 0.01, 0.02 * seed, True),
+                ("s{}-sampled-pass-kl", 0.03, 0.05, seed == 1),
+            ):
+                name = run.format(seed)
+                (work / f"{name}.eval.json").write_text(
+                    json.dumps(eval_report({"rl": lambda i, w=warm, d=gain: w(i) + d}, prompts, baselines(prompts)))
+                )
+                (work / name).mkdir()
+                steps = [{"event": "step", "phase": "rl", "step_seconds": 1.0, "kl_average": kl}]
+                (work / name / "metrics.jsonl").write_text(json.dumps(steps[0]) + "\n")
+                if finished:
+                    (work / name / "summary.json").write_text(json.dumps({"rollbacks": 0}))
+        text = "\n".join(table.drift_table(work, [1, 2], "sampled", 4, ["kl"]))
+    print(text)
+    rows = [line for line in text.splitlines() if line.startswith("| s")]
+    # Sorted by KL; seed 2's unfinished lever run left out.
+    assert rows == [
+        "| s1-sampled-mean | 0.020 | +0.010 |",
+        "| s2-sampled-mean | 0.040 | +0.010 |",
+        "| s1-sampled-pass-kl | 0.050 | +0.030 |",
+        "| s1-sampled-pass | 0.500 | +0.100 |",
+        "| s2-sampled-pass | 1.000 | +0.200 |",
+    ], rows
+    # Gains ranked (1.5, 1.5, 3, 4, 5) against KL's (1, 2, 3, 4, 5).
+    assert text.endswith("5 runs; Spearman's rank correlation of KL and gain: +0.97"), text
 
 if __name__ == "__main__":
     tests = [(name, f) for name, f in sorted(globals().items()) if name.startswith("test_")]
