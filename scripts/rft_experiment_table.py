@@ -355,8 +355,8 @@ def spearman(xs, ys):
 
 
 def drift_table(work, seeds, reward, k, names):
-    """Every finished RL run of the work directory (pass@k, mean, each ablation lever) with how
-    far it moved from its warm-up (the moving-average KL per token at its last step) and what it
+    """Every finished RL run of the work directory (pass@k, mean, each ablation lever), its
+    rollbacks, how far it moved from its warm-up (the moving-average KL per token at its last step) and what it
     gained (best-of-k P(acc) − its warm-up's, over the prompts both have), sorted by KL, and
     Spearman's rank correlation of the two."""
     best = f"best-of-{k} P(acc)"
@@ -378,16 +378,16 @@ def drift_table(work, seeds, reward, k, names):
             if not prompts:
                 continue
             gain = sum(series[p][best] - warm[p][best] for p in prompts) / len(prompts)
-            found.append((facts[3], gain, run))
+            found.append((facts[3], gain, run, facts[1]))
     found.sort()
     lines = [
         f"Drift and gain, reward {reward}: each finished run's KL per token to its warm-up at the"
         f" end against its {best} gain over the warm-up:",
         "",
-        f"| run | KL/token at end | Δ {best} vs warm-up |",
-        "|---|---|---|",
+        f"| run | rollbacks | KL/token at end | Δ {best} vs warm-up |",
+        "|---|---|---|---|",
     ]
-    lines += [f"| {run} | {kl:.3f} | {gain:+.3f} |" for kl, gain, run in found]
+    lines += [f"| {run} | {back} | {kl:.3f} | {gain:+.3f} |" for kl, gain, run, back in found]
     rho = spearman([f[0] for f in found], [f[1] for f in found])
     lines += ["", f"{len(found)} runs; Spearman's rank correlation of KL and gain: "
               + ("-" if math.isnan(rho) else f"{rho:+.2f}")]

@@ -260,17 +260,17 @@ def test_the_drift_table_sets_each_run_s_kl_against_its_gain_over_its_warm_up():
                 steps = [{"event": "step", "phase": "rl", "step_seconds": 1.0, "kl_average": kl}]
                 (work / name / "metrics.jsonl").write_text(json.dumps(steps[0]) + "\n")
                 if finished:
-                    (work / name / "summary.json").write_text(json.dumps({"rollbacks": 0}))
+                    (work / name / "summary.json").write_text(json.dumps({"rollbacks": seed - 1}))
         text = "\n".join(table.drift_table(work, [1, 2], "sampled", 4, ["kl"]))
     print(text)
     rows = [line for line in text.splitlines() if line.startswith("| s")]
     # Sorted by KL; seed 2's unfinished lever run left out.
     assert rows == [
-        "| s1-sampled-mean | 0.020 | +0.010 |",
-        "| s2-sampled-mean | 0.040 | +0.010 |",
-        "| s1-sampled-pass-kl | 0.050 | +0.030 |",
-        "| s1-sampled-pass | 0.500 | +0.100 |",
-        "| s2-sampled-pass | 1.000 | +0.200 |",
+        "| s1-sampled-mean | 0 | 0.020 | +0.010 |",
+        "| s2-sampled-mean | 1 | 0.040 | +0.010 |",
+        "| s1-sampled-pass-kl | 0 | 0.050 | +0.030 |",
+        "| s1-sampled-pass | 0 | 0.500 | +0.100 |",
+        "| s2-sampled-pass | 1 | 1.000 | +0.200 |",
     ], rows
     # Gains ranked (1.5, 1.5, 3, 4, 5) against KL's (1, 2, 3, 4, 5).
     assert text.endswith("5 runs; Spearman's rank correlation of KL and gain: +0.97"), text
