@@ -56,8 +56,8 @@ pub struct TrainArgs {
     /// Prompts per RL step.
     #[arg(long, default_value_t = 4)]
     pub prompts_per_step: usize,
-    /// RL steps. 200, the measured recipe's (README, Training): shorter runs end in the dip that
-    /// precedes the gain (at 60 the quick start's RL model was below its warm-up).
+    /// RL steps. 200 is the measured recipe's (README, Training): a run's acceptance often dips
+    /// below its warm-up's before it gains, and a shorter run can end in the dip.
     #[arg(long, default_value_t = 200)]
     pub steps: u64,
     /// Supervised warm-up steps on accepted recommendations before RL.
