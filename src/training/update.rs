@@ -19,7 +19,7 @@ use trainer::logprobs::reference_logprobs;
 use trainer::model::CausalLm;
 use trainer::rl_loss::{Aggregation, PolicyLossConfig, PolicyLossInputs, mean_k3_kl, policy_loss};
 use trainer::tch::Tensor;
-use trainer::train_step::{TrainBatch, TrainError, Trainer};
+use trainer::train_step::{Measure, TrainBatch, TrainError, Trainer};
 
 use super::rollout::RlBatch;
 use super::seeds::{StepSeeds, Stream};
@@ -145,7 +145,13 @@ pub fn policy_update(
                 prompts: groups.len() as i64,
             };
             let mut loss_stats = None;
-            let step = trainer.step(model, &minibatch.batch, |logprobs, mask| {
+            // The forbidden mass is a per-step metric: measured on the first minibatch only.
+            let measure = if first {
+                Measure::ForbiddenMass
+            } else {
+                Measure::LossOnly
+            };
+            let step = trainer.step(model, &minibatch.batch, measure, |logprobs, mask| {
                 let (loss, stats) = policy_loss(logprobs, mask, &inputs, &config)?;
                 loss_stats = Some(stats);
                 Ok(if poison && first {

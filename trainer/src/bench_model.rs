@@ -30,7 +30,7 @@ use crate::generate::{FinishedRows, GenerateError, GenerationRequest, GrammarSch
 use crate::logprobs::reference_logprobs;
 use crate::model::{Architecture, CausalLm, Config, LoraConfig, ModelError, Rope, RopeScaling};
 use crate::rl_loss::{PolicyLossConfig, PolicyLossInputs, policy_loss};
-use crate::train_step::{TrainBatch, TrainError, Trainer, TrainerConfig};
+use crate::train_step::{Measure, TrainBatch, TrainError, Trainer, TrainerConfig};
 
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
@@ -278,7 +278,7 @@ pub fn rl_step_throughput(
                 completion_mask: completion_mask.shallow_clone(),
                 allowed: None,
             };
-            let stats = trainer.step(model, &batch, |logprobs, mask| {
+            let stats = trainer.step(model, &batch, Measure::LossOnly, |logprobs, mask| {
                 policy_gradient_loss(logprobs, mask, &advantages)
             })?;
             synchronize(device);
@@ -494,11 +494,19 @@ pub fn constrained_rl_step_throughput(
                     prompts: 1,
                 };
                 let mut stats = None;
-                let step_stats = trainer.step(model, &minibatch.batch, |logprobs, mask| {
-                    let (loss, loss_stats) = policy_loss(logprobs, mask, &inputs, &update.loss)?;
-                    stats = Some(loss_stats);
-                    Ok(loss)
-                })?;
+                // As `train` does: the forbidden mass measured on the first minibatch only.
+                let measure = if epoch == 0 && index == 0 {
+                    Measure::ForbiddenMass
+                } else {
+                    Measure::LossOnly
+                };
+                let step_stats =
+                    trainer.step(model, &minibatch.batch, measure, |logprobs, mask| {
+                        let (loss, loss_stats) =
+                            policy_loss(logprobs, mask, &inputs, &update.loss)?;
+                        stats = Some(loss_stats);
+                        Ok(loss)
+                    })?;
                 loss += step_stats.loss;
                 if let Some(stats) = stats {
                     clipped += stats.clip_fraction;

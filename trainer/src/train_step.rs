@@ -169,6 +169,19 @@ pub struct TrainBatch {
     pub allowed: Option<Vec<Vec<TokenSet>>>,
 }
 
+/// Whether a step measures the forbidden mass ([`StepStats::forbidden_mass`]) on a batch with
+/// allowed sets. Measuring builds each scored token's allowed-set mask and takes a log-sum-exp
+/// over it, one more pass over the LM head's logits: worth it once per rollout batch for the
+/// metrics, not on every minibatch. A step with a forbidden-mass penalty measures it anyway (the
+/// penalty is that measure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// Report the forbidden mass.
+    ForbiddenMass,
+    /// Only the loss (the forbidden mass too when the step is penalized).
+    LossOnly,
+}
+
 /// What one step did.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepStats {
@@ -178,8 +191,9 @@ pub struct StepStats {
     pub grad_norm: f64,
     /// Tokens the loss scored.
     pub tokens: i64,
-    /// On batches with allowed sets: the mean probability, over the scored tokens and before
-    /// the update, that the unmasked model puts on tokens the grammar forbids.
+    /// On batches with allowed sets, when measured (see [`Measure`]): the mean probability,
+    /// over the scored tokens and before the update, that the unmasked model puts on tokens the
+    /// grammar forbids.
     pub forbidden_mass: Option<f64>,
 }
 
@@ -311,24 +325,26 @@ impl Trainer {
         model: &CausalLm,
         batch: &TrainBatch,
     ) -> Result<StepStats, TrainError> {
-        self.step(model, batch, masked_mean_nll)
+        self.step(model, batch, Measure::LossOnly, masked_mean_nll)
     }
 
     /// One step with any loss of the policy log-probs: `loss_fn(logprobs, scored_mask)` gets the
     /// `[b, t - 1]` f32 log-probs (differentiable) and the matching 0/1 mask of scored positions,
     /// and returns a scalar. The gradients are clipped, AdamW updates the trainable variables and the
     /// gradients are cleared. A non-finite loss or gradient norm skips the update and errs.
+    /// `measure` says whether to report the forbidden mass.
     pub fn step<F>(
         &mut self,
         model: &CausalLm,
         batch: &TrainBatch,
+        measure: Measure,
         loss_fn: F,
     ) -> Result<StepStats, TrainError>
     where
         F: FnOnce(&Tensor, &Tensor) -> Result<Tensor, TrainError>,
     {
         self.optimizer.zero_grad();
-        let outcome = self.backward_and_update(model, batch, loss_fn);
+        let outcome = self.backward_and_update(model, batch, measure, loss_fn);
         // Never leave gradients behind: a failed step must not leak into the next one.
         self.optimizer.zero_grad();
         outcome
@@ -338,6 +354,7 @@ impl Trainer {
         &mut self,
         model: &CausalLm,
         batch: &TrainBatch,
+        measure: Measure,
         loss_fn: F,
     ) -> Result<StepStats, TrainError>
     where
@@ -347,7 +364,7 @@ impl Trainer {
             loss,
             tokens,
             forbidden_mass,
-        } = accumulate_gradients(model, batch, &self.config, loss_fn)?;
+        } = accumulate_gradients(model, batch, &self.config, measure, loss_fn)?;
         if !loss.is_finite() {
             return Err(TrainError::NonFinite {
                 what: "loss",
@@ -426,7 +443,7 @@ pub fn masked_mean_nll(logprobs: &Tensor, scored_mask: &Tensor) -> Result<Tensor
 
 /// Runs the forward, `loss_fn` and the backward pass, leaving the trainable variables' gradients
 /// in their `.grad()`; returns the loss, the number of scored tokens and, with allowed sets, the
-/// forbidden mass. The LM head is run twice per chunk (without a graph for the loss, with one
+/// forbidden mass when `measure` asks for it or the step is penalized. The LM head is run twice per chunk (without a graph for the loss, with one
 /// for its backward) so at most one chunk's logits are held for autograd at any time. Of
 /// `config`, `chunk_tokens`, `temperature`, `adapter_dropout`, `gradient_checkpointing` (each
 /// decoder layer recomputed in the backward pass instead of keeping its activations: the same
@@ -435,6 +452,7 @@ pub fn accumulate_gradients<F>(
     model: &CausalLm,
     batch: &TrainBatch,
     config: &TrainerConfig,
+    measure: Measure,
     loss_fn: F,
 ) -> Result<Accumulated, TrainError>
 where
@@ -473,8 +491,10 @@ where
     // The head's input as a leaf: its gradient collects the head's backward, chunk by chunk.
     let rows_leaf = rows.f_detach()?.set_requires_grad(true);
 
-    // Without a graph: the loss's log-probs and, with allowed sets, each token's log P(allowed),
-    // whose mean −log is the penalty and whose complement the forbidden mass.
+    // Without a graph: the loss's log-probs and, with allowed sets when measured or penalized,
+    // each token's log P(allowed), whose mean −log is the penalty and whose complement the
+    // forbidden mass.
+    let with_mass = penalty > 0.0 || measure == Measure::ForbiddenMass;
     let (values, log_allowed) = tch::no_grad(|| {
         head_logprobs_and_allowed_mass(
             model,
@@ -483,7 +503,7 @@ where
             chunk_tokens,
             temperature,
             allowed,
-            true,
+            with_mass,
         )
     })?;
     let (penalty_value, forbidden_mass) = match &log_allowed {

@@ -11,7 +11,9 @@ use common::{FIXTURES, load_model as load, max_abs, read_reference};
 use serde::Deserialize;
 use tch::Tensor;
 use trainer::model::{CausalLm, LoraConfig};
-use trainer::train_step::{TrainBatch, TrainerConfig, accumulate_gradients, masked_mean_nll};
+use trainer::train_step::{
+    Measure, TrainBatch, TrainerConfig, accumulate_gradients, masked_mean_nll,
+};
 
 #[derive(Debug, Deserialize)]
 struct Reference {
@@ -62,6 +64,7 @@ fn gradients(
             gradient_checkpointing: checkpoint,
             ..TrainerConfig::default()
         },
+        Measure::LossOnly,
         masked_mean_nll,
     )
     .unwrap();

@@ -533,7 +533,7 @@ fn constrained_samples_score_in_the_trainer_as_the_sampler_drew_them() {
     use trainer::chat_policy::{ChatPolicy, Sequence, pack};
     use trainer::device::{DeviceRequest, Runtime};
     use trainer::generate::generate;
-    use trainer::train_step::{TrainerConfig, accumulate_gradients, masked_mean_nll};
+    use trainer::train_step::{Measure, TrainerConfig, accumulate_gradients, masked_mean_nll};
 
     let dir = tempfile::tempdir().unwrap();
     write_tiny_checkpoint(dir.path(), 7, corpus()).unwrap();
@@ -585,10 +585,16 @@ fn constrained_samples_score_in_the_trainer_as_the_sampler_drew_them() {
     };
     let gap_to_sampler = |batch: &trainer::train_step::TrainBatch| {
         let mut captured = None;
-        accumulate_gradients(&policy.model, batch, &config, |logprobs, mask| {
-            captured = Some(logprobs.detach().copy());
-            masked_mean_nll(logprobs, mask)
-        })
+        accumulate_gradients(
+            &policy.model,
+            batch,
+            &config,
+            Measure::LossOnly,
+            |logprobs, mask| {
+                captured = Some(logprobs.detach().copy());
+                masked_mean_nll(logprobs, mask)
+            },
+        )
         .unwrap();
         let scored = packed
             .batch
@@ -619,7 +625,9 @@ fn constrained_samples_score_in_the_trainer_as_the_sampler_drew_them() {
 fn the_forbidden_mass_penalty_keeps_the_model_on_the_grammars_tokens() {
     use trainer::chat_policy::{Sequence, pack};
     use trainer::generate::generate;
-    use trainer::train_step::{Trainer, TrainerConfig, accumulate_gradients, masked_mean_nll};
+    use trainer::train_step::{
+        Measure, Trainer, TrainerConfig, accumulate_gradients, masked_mean_nll,
+    };
 
     let dir = tempfile::tempdir().unwrap();
     let (mut policy, grammar, prompt) = tiny_policy_with_grammar(dir.path());
@@ -643,9 +651,10 @@ fn the_forbidden_mass_penalty_keeps_the_model_on_the_grammars_tokens() {
         learning_rate: 3e-3,
         ..TrainerConfig::default()
     };
-    let measure = |batch, coef| {
+    let measure_with = |batch, coef, what| {
         let measured =
-            accumulate_gradients(&policy.model, batch, &config(coef), masked_mean_nll).unwrap();
+            accumulate_gradients(&policy.model, batch, &config(coef), what, masked_mean_nll)
+                .unwrap();
         policy.model.var_store().variables().values().for_each(|v| {
             let mut grad = v.grad();
             if grad.defined() {
@@ -654,6 +663,7 @@ fn the_forbidden_mass_penalty_keeps_the_model_on_the_grammars_tokens() {
         });
         measured
     };
+    let measure = |batch, coef| measure_with(batch, coef, Measure::ForbiddenMass);
     let plain = measure(&packed.batch, 0.0);
     let mass = plain
         .forbidden_mass
@@ -663,6 +673,14 @@ fn the_forbidden_mass_penalty_keeps_the_model_on_the_grammars_tokens() {
         "a random model spreads its mass: {mass}"
     );
     assert_eq!(measure(&free_batch, 1.0).forbidden_mass, None);
+    // Not asked for and not penalized, it is not computed; a penalized step computes it anyway.
+    let unmeasured = measure_with(&packed.batch, 0.0, Measure::LossOnly);
+    assert_eq!(unmeasured.forbidden_mass, None);
+    assert_eq!(unmeasured.loss, plain.loss);
+    assert_eq!(
+        measure_with(&packed.batch, 1.0, Measure::LossOnly).forbidden_mass,
+        measure(&packed.batch, 1.0).forbidden_mass
+    );
     let (once, twice) = (measure(&packed.batch, 1.0), measure(&packed.batch, 2.0));
     let penalty = once.loss - plain.loss;
     assert!(penalty > 0.0, "{penalty}");
@@ -688,7 +706,12 @@ fn the_forbidden_mass_penalty_keeps_the_model_on_the_grammars_tokens() {
         let mut trainer = Trainer::new(&policy.model, config(coef)).unwrap();
         for _ in 0..30 {
             trainer
-                .step(&policy.model, &packed.batch, masked_mean_nll)
+                .step(
+                    &policy.model,
+                    &packed.batch,
+                    Measure::LossOnly,
+                    masked_mean_nll,
+                )
                 .unwrap();
         }
         let without = measure(&packed.batch, 0.0);

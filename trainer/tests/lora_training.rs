@@ -14,7 +14,7 @@ use trainer::generate::{GenerationRequest, generate};
 use trainer::logprobs::{reference_logprobs, score_logprobs, sequence_logprobs_chunked};
 use trainer::model::{CausalLm, LoraConfig};
 use trainer::train_step::{
-    TrainBatch, TrainError, Trainer, TrainerConfig, accumulate_gradients, masked_mean_nll,
+    Measure, TrainBatch, TrainError, Trainer, TrainerConfig, accumulate_gradients, masked_mean_nll,
 };
 
 /// Columns before this one are "prompt" and not scored, so masking is exercised.
@@ -193,6 +193,7 @@ fn recomputed_head_backward_equals_plain_autograd() {
                 chunk_tokens: 4,
                 ..TrainerConfig::default()
             },
+            Measure::LossOnly,
             masked_mean_nll,
         )
         .unwrap();
@@ -315,6 +316,7 @@ fn the_trainer_scores_a_sample_as_the_sampler_drew_it() {
                     adapter_dropout,
                     ..TrainerConfig::default()
                 },
+                Measure::LossOnly,
                 |logprobs, mask| {
                     captured = Some(logprobs.detach().copy());
                     masked_mean_nll(logprobs, mask)
