@@ -455,7 +455,17 @@ impl ThompsonPolicy {
         Ok(self.propensities_from(&bank, n))
     }
 
-    /// Contributions and posterior sd of candidate `c` under bank draw `m`.
+    /// The posterior mean score x·μ of candidate `c` in context `z` (x = z ⊗ c): what a ranking
+    /// reports as [`RankedItem::mean_score`], for one pair without ranking. With
+    /// [`ThompsonPolicy::posterior_sd`] it is the score's Gaussian posterior, e.g. for a lower
+    /// confidence bound of a candidate no ranking has shown.
+    pub fn mean_score(&self, z: &[f64], c: &[f64]) -> Result<f64> {
+        self.layout.check_context(z)?;
+        self.layout.check_candidate(0, c)?;
+        let mean_w = contract(&self.posterior.mean, z, self.layout.candidate_dims);
+        Ok(dot(&mean_w, c))
+    }
+
     /// The exact posterior standard deviation of the score of candidate `c` in context `z`,
     /// v·sqrt(xᵀΛ⁻¹x), through a triangular solve with the Cholesky factor: O(d²), and it
     /// streams the whole factor through the cache. Rankings report the bank's Monte-Carlo

@@ -72,6 +72,10 @@ proptest! {
         let quad: f64 = x.iter().zip(gauss_solve(&precision, &x)).map(|(a, b)| a * b).sum();
         let sd = policy.posterior_sd(&z, &c).unwrap();
         prop_assert!((sd - config.noise_scale * quad.sqrt()).abs() < 1e-9 * (1.0 + sd));
+        // mean_score = x·μ against the oracle mean.
+        let oracle: f64 = x.iter().zip(&mean).map(|(a, b)| a * b).sum();
+        let score = policy.mean_score(&z, &c).unwrap();
+        prop_assert!((score - oracle).abs() < 1e-8 * (1.0 + oracle.abs()), "{score} vs {oracle}");
     }
 
     /// The incrementally updated factor equals a fresh factor of the stored Λ for both models

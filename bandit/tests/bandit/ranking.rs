@@ -294,6 +294,7 @@ fn sampled_scores_follow_the_posterior() {
     let c = [uniform_vec(&mut rng, 3)];
     let first = policy.rank_seeded(&z, &c, 1, 0).unwrap().items[0].clone();
     let (mean, sd) = (first.mean_score, first.explanation.posterior_sd);
+    assert_eq!(mean, policy.mean_score(&z, &c[0]).unwrap());
     let scores: Vec<f64> = (0..4000)
         .map(|s| policy.rank_seeded(&z, &c, 1, s).unwrap().items[0].score)
         .collect();
