@@ -182,9 +182,10 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 10)]
     pub checkpoint_every: u64,
     /// Moving average (weight 0.2 on the newest step) of the KL per token to the warm-up model
-    /// above which the run counts as diverged and rolls back: to the last checkpoint, with the
-    /// learning rate halved, the KL coefficient doubled (at least 0.02) and the retried steps
-    /// drawing other prompts and samples.
+    /// above which the run counts as diverged and rolls back: to the newest calm checkpoint (KL
+    /// average at most half this, newest step's KL within it), with the learning rate halved, the
+    /// KL coefficient doubled (at least 0.02) and the retried steps drawing other prompts and
+    /// samples.
     #[arg(long, default_value_t = 2.0)]
     pub max_kl: f64,
     /// Rollbacks before the run gives up.

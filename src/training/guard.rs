@@ -9,7 +9,10 @@
 //! - **Guard**: an exponential moving average of the per-token KL, `m ← (1 − α) m + α KL`,
 //!   against `--max-kl`. One batch's KL is noisy (a handful of samples), while drift builds over
 //!   many steps; a non-finite loss or gradient diverges at once.
-//! - **Rollback**: back to the newest checkpoint at or before the failed step, with the salt
+//! - **Rollback**: back to the newest calm checkpoint at or before the failed step (its average
+//!   at most [`CALM_KL_SHARE`] of `--max-kl` and its newest step's KL within `--max-kl`: the
+//!   average lags, and a checkpoint written right after a step past the limit holds a policy
+//!   already running away), with the salt
 //!   bumped (the retried steps draw other prompts and samples: retrying the same batch failed the
 //!   same way every time), the learning rate halved and β raised.
 
@@ -21,6 +24,10 @@ pub const KL_AVERAGE_WEIGHT: f64 = 0.2;
 const KL_ERROR_CLIP: f64 = 0.2;
 /// After a rollback β is at least this (so a run without a KL penalty gets one).
 pub const ROLLBACK_MIN_KL_COEF: f64 = 0.02;
+/// A checkpoint is a rollback target when its KL moving average is at most this share of
+/// `--max-kl`: mean-objective runs that drifted to the limit over 30–50 steps gave up after three
+/// rollbacks to checkpoints already near it (issue 19's experiment).
+pub const CALM_KL_SHARE: f64 = 0.5;
 
 /// How β evolves.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,6 +45,10 @@ pub struct GuardState {
     pub kl_coef: f64,
     /// The moving average of the per-token KL; `None` before the first RL step.
     pub kl_average: Option<f64>,
+    /// The newest step's per-token KL; `None` before the first RL step (and in checkpoints
+    /// written before it was kept).
+    #[serde(default)]
+    pub kl_last: Option<f64>,
 }
 
 impl GuardState {
@@ -46,7 +57,20 @@ impl GuardState {
         Self {
             kl_coef,
             kl_average: None,
+            kl_last: None,
         }
+    }
+
+    /// Whether a checkpoint with this state is a sound rollback target under `max_kl`: its
+    /// moving average at most [`CALM_KL_SHARE`] of it and its newest step's KL within it (a
+    /// state that has seen no KL yet is calm). The second condition is there because the
+    /// average lags: a mean run's checkpoint after steps of KL 0.4, 0.6, 0.8, 0.9 and 2.5 had an
+    /// average of 0.87, and every retry from it (at 1/2, 1/4 and 1/8 of the rate) met a KL of
+    /// 3.7–4.4 at once and tripped the guard again, until the run gave up.
+    pub fn is_calm(&self, max_kl: f64) -> bool {
+        self.kl_average
+            .is_none_or(|average| average <= CALM_KL_SHARE * max_kl)
+            && self.kl_last.is_none_or(|last| last <= max_kl)
     }
 
     /// Folds in a step's KL (taken before its update, so it measures every earlier update) and
@@ -72,6 +96,7 @@ impl GuardState {
             ));
         }
         self.kl_average = Some(average);
+        self.kl_last = Some(kl);
         if let KlControl::Adaptive {
             target,
             horizon_samples,
@@ -130,6 +155,34 @@ mod tests {
         let reason = tripped.expect("sustained KL must trip the guard");
         assert!(reason.contains("--max-kl"), "{reason}");
         assert!(state.observe(f64::NAN, 32, KlControl::Fixed, 1.0).is_err());
+    }
+
+    /// The run that gave up (issue 19's rerun, world 1 seed 4, mean objective): its checkpoint
+    /// after steps of KL 0.05, 0.40, 0.62, 0.78, 0.87 and 2.47 had an average under half the
+    /// limit, but its newest step was past it: not a rollback target. The step before was.
+    #[test]
+    fn a_checkpoint_right_after_a_step_past_the_limit_is_not_calm() {
+        let mut state = GuardState::start(0.0);
+        assert!(state.is_calm(2.0), "no KL seen yet");
+        let mut calm = Vec::new();
+        for kl in [0.05, 0.05, 0.05, 0.40, 0.62, 0.78, 0.87, 2.47] {
+            state.observe(kl, 32, KlControl::Fixed, 2.0).unwrap();
+            calm.push(state.is_calm(2.0));
+        }
+        assert!(state.kl_average.unwrap() <= CALM_KL_SHARE * 2.0);
+        assert_eq!(state.kl_last, Some(2.47));
+        assert_eq!(calm, [true, true, true, true, true, true, true, false]);
+        // The average alone decides once it is past its share.
+        let drifted = GuardState {
+            kl_coef: 0.0,
+            kl_average: Some(1.2),
+            kl_last: Some(0.5),
+        };
+        assert!(!drifted.is_calm(2.0));
+        // A checkpoint written before the newest step's KL was kept: the average decides.
+        let old: GuardState = serde_json::from_str(r#"{"kl_coef":0.0,"kl_average":0.9}"#).unwrap();
+        assert_eq!(old.kl_last, None);
+        assert!(old.is_calm(2.0));
     }
 
     #[test]

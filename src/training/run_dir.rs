@@ -86,9 +86,10 @@ pub struct RunDir {
     root: PathBuf,
     metrics: File,
     metrics_lines: u64,
-    /// A checkpoint whose guard's KL average is at most this is calm: the newest calm one is
-    /// kept beside the last [`KEEP_CHECKPOINTS`], as the divergence guard's rollback target.
-    calm_kl: Option<f64>,
+    /// `--max-kl`, when calm checkpoints are kept ([`GuardState::is_calm`]): the newest calm
+    /// one is kept beside the last [`KEEP_CHECKPOINTS`], as the divergence guard's rollback
+    /// target.
+    calm_under_max_kl: Option<f64>,
 }
 
 impl RunDir {
@@ -140,22 +141,23 @@ impl RunDir {
             root: root.to_path_buf(),
             metrics,
             metrics_lines: lines,
-            calm_kl: None,
+            calm_under_max_kl: None,
         })
     }
 
-    /// From now on keep the newest checkpoint whose KL moving average is at most `threshold`
-    /// (or that has none yet: the warm-up, the first RL steps), and let
+    /// From now on keep the newest checkpoint that is calm under `max_kl` (its guard's KL
+    /// moving average at most [`super::guard::CALM_KL_SHARE`] of it and its newest step's KL within it, or no
+    /// KL seen yet: the warm-up, the first RL steps; see [`GuardState::is_calm`]), and let
     /// [`Self::calm_checkpoint_at_or_before`] find it. Rolling back to the newest checkpoint
     /// fails when KL drifted up over many steps: that checkpoint is already near the limit, and a
     /// halved learning rate cannot bring KL back down before the guard trips again.
-    pub fn keep_calm_checkpoints(&mut self, threshold: f64) {
-        self.calm_kl = Some(threshold);
+    pub fn keep_calm_checkpoints(&mut self, max_kl: f64) {
+        self.calm_under_max_kl = Some(max_kl);
     }
 
     fn is_calm(&self, state: &CheckpointState) -> bool {
-        match (self.calm_kl, state.guard.and_then(|guard| guard.kl_average)) {
-            (Some(threshold), Some(average)) => average <= threshold,
+        match (self.calm_under_max_kl, state.guard) {
+            (Some(max_kl), Some(guard)) => guard.is_calm(max_kl),
             _ => true,
         }
     }
@@ -273,9 +275,9 @@ impl RunDir {
     pub fn truncate_metrics(&mut self, lines: u64) -> anyhow::Result<()> {
         self.metrics.sync_all()?;
         truncate_lines(&self.root.join(METRICS_FILE), lines)?;
-        let calm_kl = self.calm_kl;
+        let calm_under_max_kl = self.calm_under_max_kl;
         *self = Self::open_metrics(&self.root, lines)?;
-        self.calm_kl = calm_kl;
+        self.calm_under_max_kl = calm_under_max_kl;
         Ok(())
     }
 
@@ -540,7 +542,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut run =
             RunDir::create(dir.path(), &crate::training::settings::tests::sample()).unwrap();
-        run.keep_calm_checkpoints(1.0);
+        run.keep_calm_checkpoints(2.0);
         let steps_on_disk = || {
             let mut steps = checkpoint_steps(&dir.path().join(CHECKPOINTS_DIR)).unwrap();
             steps.sort_unstable();
@@ -552,6 +554,7 @@ mod tests {
                 guard: Some(GuardState {
                     kl_coef: 0.0,
                     kl_average: Some(average),
+                    kl_last: Some(average),
                 }),
                 ..CheckpointState::start()
             };
@@ -576,5 +579,30 @@ mod tests {
             run.checkpoint(&state, |_| Ok(())).unwrap();
         }
         assert_eq!(steps_on_disk(), [15, 20]);
+    }
+
+    /// A checkpoint written right after a step past `--max-kl` is passed over, however calm its
+    /// average: the rollback goes to the one before.
+    #[test]
+    fn a_rollback_skips_a_checkpoint_whose_newest_step_was_past_the_limit() {
+        use crate::training::guard::GuardState;
+        let dir = tempfile::tempdir().unwrap();
+        let mut run =
+            RunDir::create(dir.path(), &crate::training::settings::tests::sample()).unwrap();
+        run.keep_calm_checkpoints(2.0);
+        for (step, average, last) in [(20, 0.05, 0.06), (30, 0.87, 2.47)] {
+            let state = CheckpointState {
+                step,
+                guard: Some(GuardState {
+                    kl_coef: 0.0,
+                    kl_average: Some(average),
+                    kl_last: Some(last),
+                }),
+                ..CheckpointState::start()
+            };
+            run.checkpoint(&state, |_| Ok(())).unwrap();
+        }
+        let (_, calm) = run.calm_checkpoint_at_or_before(31).unwrap().unwrap();
+        assert_eq!(calm.step, 20);
     }
 }

@@ -36,11 +36,6 @@ use super::warmup::{SftExample, sft_examples, warmup_step};
 use crate::export::Split;
 use crate::rft::{RftDataset, RftPrompt};
 
-/// A checkpoint is a rollback target when its KL moving average is at most this share of
-/// `--max-kl`: mean-objective runs that drifted to the limit over 30–50 steps gave up after three
-/// rollbacks to checkpoints already near it (issue 19's experiment).
-pub const CALM_KL_SHARE: f64 = 0.5;
-
 /// Fault injection for the crash and rollback tests (set from hidden environment variables by
 /// the command; never in normal use).
 #[derive(Debug, Clone, Copy, Default)]
@@ -101,7 +96,7 @@ pub fn train(
     observer: &mut dyn Observer,
 ) -> anyhow::Result<TrainOutcome> {
     settings.validate().map_err(anyhow::Error::msg)?;
-    run.keep_calm_checkpoints(settings.max_kl * CALM_KL_SHARE);
+    run.keep_calm_checkpoints(settings.max_kl);
     let runtime = Runtime::select(settings.device.request())?;
     let train_prompts = train_split(dataset, &settings.data)?;
     let grader = settings.grader(settings.grader, train_prompts.iter().copied())?;
@@ -340,8 +335,8 @@ fn rl_step(
     })
 }
 
-/// Goes back to the newest calm checkpoint at or before the failed `step` (its KL average at most
-/// [`CALM_KL_SHARE`] of `--max-kl`; later ones are removed): the learning rate halved,
+/// Goes back to the newest calm checkpoint at or before the failed `step`
+/// ([`GuardState::is_calm`]; later ones are removed): the learning rate halved,
 /// the random streams salted, and in RL β raised ([`GuardState::after_rollback`]). Restores
 /// `learner` (reopened when the checkpoint is in the other phase) and returns the state to
 /// continue from, already checkpointed.
