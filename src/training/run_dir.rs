@@ -538,27 +538,15 @@ mod tests {
     /// and the abandoned branch's checkpoints can be removed.
     #[test]
     fn the_newest_calm_checkpoint_is_kept_for_rollbacks() {
-        use crate::training::guard::GuardState;
-        let dir = tempfile::tempdir().unwrap();
-        let mut run =
-            RunDir::create(dir.path(), &crate::training::settings::tests::sample()).unwrap();
-        run.keep_calm_checkpoints(2.0);
+        let (dir, mut run) = run_keeping_calm_checkpoints(2.0);
         let steps_on_disk = || {
             let mut steps = checkpoint_steps(&dir.path().join(CHECKPOINTS_DIR)).unwrap();
             steps.sort_unstable();
             steps
         };
         for (step, average) in [(5, 0.2), (10, 0.9), (15, 1.4), (20, 1.7), (25, 1.9)] {
-            let state = CheckpointState {
-                step,
-                guard: Some(GuardState {
-                    kl_coef: 0.0,
-                    kl_average: Some(average),
-                    kl_last: Some(average),
-                }),
-                ..CheckpointState::start()
-            };
-            run.checkpoint(&state, |_| Ok(())).unwrap();
+            run.checkpoint(&state_with_kl(step, average, average), |_| Ok(()))
+                .unwrap();
         }
         assert_eq!(
             steps_on_disk(),
@@ -585,24 +573,35 @@ mod tests {
     /// average: the rollback goes to the one before.
     #[test]
     fn a_rollback_skips_a_checkpoint_whose_newest_step_was_past_the_limit() {
-        use crate::training::guard::GuardState;
-        let dir = tempfile::tempdir().unwrap();
-        let mut run =
-            RunDir::create(dir.path(), &crate::training::settings::tests::sample()).unwrap();
-        run.keep_calm_checkpoints(2.0);
+        let (_dir, mut run) = run_keeping_calm_checkpoints(2.0);
         for (step, average, last) in [(20, 0.05, 0.06), (30, 0.87, 2.47)] {
-            let state = CheckpointState {
-                step,
-                guard: Some(GuardState {
-                    kl_coef: 0.0,
-                    kl_average: Some(average),
-                    kl_last: Some(last),
-                }),
-                ..CheckpointState::start()
-            };
-            run.checkpoint(&state, |_| Ok(())).unwrap();
+            run.checkpoint(&state_with_kl(step, average, last), |_| Ok(()))
+                .unwrap();
         }
         let (_, calm) = run.calm_checkpoint_at_or_before(31).unwrap().unwrap();
         assert_eq!(calm.step, 20);
+    }
+
+    /// A checkpoint at `step` whose guard has seen a KL moving average of `average` and a
+    /// newest step's KL of `last`.
+    fn state_with_kl(step: u64, average: f64, last: f64) -> CheckpointState {
+        CheckpointState {
+            step,
+            guard: Some(crate::training::guard::GuardState {
+                kl_coef: 0.0,
+                kl_average: Some(average),
+                kl_last: Some(last),
+            }),
+            ..CheckpointState::start()
+        }
+    }
+
+    /// A new run in a temporary directory that keeps calm checkpoints under `max_kl`.
+    fn run_keeping_calm_checkpoints(max_kl: f64) -> (tempfile::TempDir, RunDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut run =
+            RunDir::create(dir.path(), &crate::training::settings::tests::sample()).unwrap();
+        run.keep_calm_checkpoints(max_kl);
+        (dir, run)
     }
 }
