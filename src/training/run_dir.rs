@@ -146,8 +146,9 @@ impl RunDir {
     }
 
     /// From now on keep the newest checkpoint that is calm under `max_kl` (its guard's KL
-    /// moving average at most [`super::guard::CALM_KL_SHARE`] of it and its newest step's KL within it, or no
-    /// KL seen yet: the warm-up, the first RL steps; see [`GuardState::is_calm`]), and let
+    /// moving average at most [`super::guard::CALM_KL_SHARE`] of it and its newest step's KL
+    /// within it, or no KL seen yet: the warm-up, the first RL steps; see
+    /// [`GuardState::is_calm`]), and let
     /// [`Self::calm_checkpoint_at_or_before`] find it. Rolling back to the newest checkpoint
     /// fails when KL drifted up over many steps: that checkpoint is already near the limit, and a
     /// halved learning rate cannot bring KL back down before the guard trips again.

@@ -145,12 +145,7 @@ pub fn policy_update(
                 prompts: groups.len() as i64,
             };
             let mut loss_stats = None;
-            // The forbidden mass is a per-step metric: measured on the first minibatch only.
-            let measure = if first {
-                Measure::ForbiddenMass
-            } else {
-                Measure::LossOnly
-            };
+            let measure = Measure::on_first_minibatch(first);
             let step = trainer.step(model, &minibatch.batch, measure, |logprobs, mask| {
                 let (loss, stats) = policy_loss(logprobs, mask, &inputs, &config)?;
                 loss_stats = Some(stats);

@@ -494,12 +494,8 @@ pub fn constrained_rl_step_throughput(
                     prompts: 1,
                 };
                 let mut stats = None;
-                // As `train` does: the forbidden mass measured on the first minibatch only.
-                let measure = if epoch == 0 && index == 0 {
-                    Measure::ForbiddenMass
-                } else {
-                    Measure::LossOnly
-                };
+                // As `train` does.
+                let measure = Measure::on_first_minibatch(epoch == 0 && index == 0);
                 let step_stats =
                     trainer.step(model, &minibatch.batch, measure, |logprobs, mask| {
                         let (loss, loss_stats) =

@@ -182,6 +182,18 @@ pub enum Measure {
     LossOnly,
 }
 
+impl Measure {
+    /// An RL update's choice: the forbidden mass is a per-rollout-batch metric, so only the
+    /// update's first minibatch (`first`) measures it.
+    pub fn on_first_minibatch(first: bool) -> Self {
+        if first {
+            Self::ForbiddenMass
+        } else {
+            Self::LossOnly
+        }
+    }
+}
+
 /// What one step did.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepStats {
@@ -443,8 +455,9 @@ pub fn masked_mean_nll(logprobs: &Tensor, scored_mask: &Tensor) -> Result<Tensor
 
 /// Runs the forward, `loss_fn` and the backward pass, leaving the trainable variables' gradients
 /// in their `.grad()`; returns the loss, the number of scored tokens and, with allowed sets, the
-/// forbidden mass when `measure` asks for it or the step is penalized. The LM head is run twice per chunk (without a graph for the loss, with one
-/// for its backward) so at most one chunk's logits are held for autograd at any time. Of
+/// forbidden mass when `measure` asks for it or the step is penalized. The LM head is run twice
+/// per chunk (without a graph for the loss, with one for its backward) so at most one chunk's
+/// logits are held for autograd at any time. Of
 /// `config`, `chunk_tokens`, `temperature`, `adapter_dropout`, `gradient_checkpointing` (each
 /// decoder layer recomputed in the backward pass instead of keeping its activations: the same
 /// gradients) and `forbidden_mass_coef` apply.
