@@ -37,7 +37,7 @@ if [ "${ARC_REC_SKIP_TORCH:-0}" != "1" ]; then
     if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" >/dev/null 2>&1; then
         echo "setup: installing torch==$TORCH_VERSION into .venv (from PyPI; about 3 GB with its CUDA libraries)"
         python3 -m venv .venv
-        .venv/bin/pip install --quiet --progress-bar off "torch==$TORCH_VERSION"
+        .venv/bin/pip install --quiet --progress-bar off --no-cache-dir "torch==$TORCH_VERSION"
     fi
     # Installed after torch and checked separately, so a venv from before they were added gets
     # them without reinstalling torch (pip keeps the satisfied torch pin).
@@ -47,7 +47,7 @@ from importlib.metadata import version
 sys.exit(version('transformers') != '$TRANSFORMERS_VERSION' or version('peft') != '$PEFT_VERSION')
 " >/dev/null 2>&1; then
         echo "setup: installing transformers==$TRANSFORMERS_VERSION and peft==$PEFT_VERSION into .venv"
-        .venv/bin/pip install --quiet --progress-bar off "torch==$TORCH_VERSION" \
+        .venv/bin/pip install --quiet --progress-bar off --no-cache-dir "torch==$TORCH_VERSION" \
             "transformers==$TRANSFORMERS_VERSION" "peft==$PEFT_VERSION"
     fi
 fi
