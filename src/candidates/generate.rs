@@ -184,7 +184,8 @@ impl<'a> Ctx<'a> {
 
     /// Expected cost change of running `to` instead of the current model.
     fn model_cost_delta(&self, to: &ModelEntry) -> f64 {
-        self.cost * (self.price_ratio(to) - 1.0)
+        self.index
+            .model_switch_cost_delta(self.current, self.cost, to)
     }
 
     /// The target retry policy: the organization's typical attempts and backoff, more patient

@@ -6,8 +6,9 @@
 //! (`CandidateIndex::load` in `load.rs`); the service refreshes it periodically, never per request.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::config::provider_of;
+use super::config::{ConfigView, provider_of};
 use super::signals::{CATEGORY_SLOTS, FailureSignal, category_slot};
 use crate::domain::RecommendationType;
 use crate::storage::candidate_stats::{DiffGroupRow, StatsRows};
@@ -567,6 +568,35 @@ impl CandidateIndex {
             prior,
             10.0,
         )
+    }
+
+    /// Expected change of the cost per run of running `to` instead of `current` at `cost_usd` per
+    /// run: `cost_usd × (price ratio − 1)`.
+    pub fn model_switch_cost_delta(
+        &self,
+        current: Option<&ModelEntry>,
+        cost_usd: f64,
+        to: &ModelEntry,
+    ) -> f64 {
+        cost_usd * (self.price_ratio(current, to) - 1.0)
+    }
+
+    /// Expected change of the cost per run when `diff` is applied to `current_config`: the
+    /// model switch's [`Self::model_switch_cost_delta`] at the current model's mean cost per run
+    /// (the organization's when the model is unknown here); 0 when the diff keeps the model or
+    /// switches to one the organization has never run (nothing to price it by).
+    pub fn expected_cost_delta(&self, current_config: &Value, diff: &Value) -> f64 {
+        let before = ConfigView::of(current_config);
+        let after = ConfigView::patched(current_config, diff);
+        if before.model == after.model {
+            return 0.0;
+        }
+        let Some(to) = self.model(after.model) else {
+            return 0.0;
+        };
+        let current = self.model(before.model);
+        let cost = current.map_or(self.org_stats.mean_cost_usd, |m| m.cost_usd);
+        self.model_switch_cost_delta(current, cost, to)
     }
 
     /// Price of `to` relative to `from` (1 when either is unknown): per-token prices when both

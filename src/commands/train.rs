@@ -14,8 +14,12 @@ use serde_json::{Value, json};
 use objectives::Objective;
 
 use super::DatabaseArgs;
-use crate::rft::{GraderKind, RftDataset, WorldReward};
+use crate::candidates::CandidateIndex;
+use crate::export::Split;
+use crate::rft::learned_grader::data_sha256;
+use crate::rft::{GraderKind, LearnedGrader, RftDataset, WorldReward};
 use crate::storage::training_runs::{self, RunStatus};
+use crate::training::run_dir::LEARNED_GRADER_FILE;
 use crate::training::{
     Constrained, DeviceChoice, FaultHooks, LrSchedule, MetricsLine, Observer, RunDir, StepMetrics,
     TrainSettings, WarmupMode, read_metrics,
@@ -71,18 +75,27 @@ pub struct TrainArgs {
     /// on the warm-up model.
     #[arg(long, value_enum, default_value_t = WarmupMode::Auto)]
     pub warmup: WarmupMode,
-    /// Where rewards come from: logged verdicts or the synthetic world's ground truth.
+    /// Where rewards come from: exact matches with logged approvals (logged), the synthetic
+    /// world's ground truth (world), or a reward model fitted on the train split's logged
+    /// approvals and rejections that scores any diff (learned; reads each organization's
+    /// candidate index from the database once, then keeps the fit in RUN_DIR/grader.json).
     #[arg(long, value_enum, default_value_t = GraderKind::World)]
     pub grader: GraderKind,
+    /// κ of `--grader learned`: the owner accepts with the pessimistic probability σ(μ − κ·s)
+    /// of the reward model's posterior (log-odds mean μ, standard deviation s), so a diff far
+    /// from anything logged earns little whatever its mean says.
+    #[arg(long, default_value_t = crate::rft::learned_grader::DEFAULT_LCB_Z)]
+    pub learned_lcb_z: f64,
     /// Seed of the synthetic world the data came from (`--grader world`).
     #[arg(long, default_value_t = 1)]
     pub world_seed: u64,
     /// Outcomes of that world (`arc-rec simulate --outcomes`).
     #[arg(long, default_value_t = crate::world::WorldParams::default().outcomes)]
     pub world_outcomes: usize,
-    /// The world grader's reward: +1/−1 from one acceptance draw (sampled, the plan's binary
-    /// reward), or its expectation 2p − 1 under the true acceptance probability p (expected: no
-    /// draw noise). Verdicts and pass@k figures come from the draw either way.
+    /// The world and learned graders' reward: +1/−1 from one acceptance draw (sampled, the
+    /// plan's binary reward), or its expectation 2p − 1 under the acceptance probability p (the
+    /// world's true one, or the learned grader's lower bound; expected: no draw noise). Verdicts
+    /// and pass@k figures come from the draw either way.
     #[arg(long, value_enum, default_value_t = WorldReward::Sampled)]
     pub world_reward: WorldReward,
     /// Leave out the +0.1 reward for a well-formed recommendation.
@@ -219,6 +232,7 @@ impl TrainArgs {
             world_seed: self.world_seed,
             world_outcomes: self.world_outcomes,
             world_reward: self.world_reward,
+            learned_lcb_z: self.learned_lcb_z,
             format_bonus: !self.no_format_bonus,
             seed: self.seed,
             learning_rate: self.learning_rate,
@@ -285,8 +299,17 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
                     settings.model.display()
                 );
             }
+            let learned = match settings.grader {
+                GraderKind::Learned => {
+                    Some(fit_learned_grader(&settings, &dataset, database).await?)
+                }
+                GraderKind::Logged | GraderKind::World => None,
+            };
             let out = args.out.clone().context("--out is required")?;
             let run = RunDir::create(&out, &settings)?;
+            if let Some(grader) = learned {
+                run.write_file(LEARNED_GRADER_FILE, &serde_json::to_vec(&grader.to_file())?)?;
+            }
             let run_id = format!("rft-{}", uuid::Uuid::now_v7());
             run.write_file(RUN_ID_FILE, run_id.as_bytes())?;
             (run, settings, None, run_id, dataset)
@@ -363,6 +386,8 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
     };
     let curves = root.join(crate::training::run_dir::CURVES_FILE);
     crate::training::curves::write_curves(&curves, &lines)?;
+    let overoptimisation = root.join(crate::training::run_dir::OVEROPTIMISATION_FILE);
+    crate::training::curves::write_overoptimisation(&overoptimisation, &lines).transpose()?;
     let summary = json!({
         "run_id": run_id,
         "steps": outcome.steps,
@@ -415,6 +440,45 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
         root.join(crate::training::run_dir::METRICS_FILE).display()
     );
     Ok(())
+}
+
+/// Fits `--grader learned` on the train split of `dataset`, pricing model switches with each
+/// organization's candidate index from the database.
+async fn fit_learned_grader(
+    settings: &TrainSettings,
+    dataset: &RftDataset,
+    database: &DatabaseArgs,
+) -> anyhow::Result<LearnedGrader> {
+    let mut orgs: Vec<String> = dataset.prompts.iter().map(|p| p.org.clone()).collect();
+    orgs.sort();
+    orgs.dedup();
+    let indexes = super::with_database(database, |pool| async move {
+        let mut indexes = Vec::with_capacity(orgs.len());
+        for org in &orgs {
+            indexes.push(CandidateIndex::load(&pool, org).await?);
+        }
+        Ok(indexes)
+    })
+    .await
+    .context("--grader learned: cannot read the organizations' candidate indexes")?;
+    let sha = data_sha256(&settings.data)
+        .with_context(|| format!("--data {}", settings.data.display()))?;
+    let grader = LearnedGrader::fit(
+        dataset.split(Split::Train),
+        indexes,
+        settings.learned_lcb_z,
+        sha,
+    )?;
+    let held_out = match grader.auc(dataset.split(Split::Validation)) {
+        Some((auc, n)) => format!("; AUC {auc:.3} on the {n} held-out decisions"),
+        None => String::new(),
+    };
+    println!(
+        "learned grader: fitted on {} logged decisions of the train split (κ = {}){held_out}",
+        grader.observations(),
+        settings.learned_lcb_z
+    );
+    Ok(grader)
 }
 
 /// The last RL step's figures (and the last warm-up loss), for the summary and the database.

@@ -76,18 +76,17 @@ pub fn prepare(index: &CandidateIndex, input: &RecommendInput) -> Prepared {
         model_candidates: input.model_candidates.clone(),
         ..CandidateRequest::new(input.current_config.clone())
     };
-    let signals = SignalProfile::of(&request, &ConfigView::of(&input.current_config));
-    let context = context_vector(
-        &signals,
+    let context = context_for(
+        index,
+        &request,
         input.reduced_embedding.as_deref(),
-        &config_features(&input.current_config, index),
         input.user_role.as_deref(),
         input.domain.as_deref(),
     );
     let candidates = generate(index, &request)
         .into_iter()
         .map(|c| {
-            let features = candidate_vector(&candidate_features(&c, &input.current_config));
+            let features = candidate_vector_for(&c, &input.current_config);
             (c, features)
         })
         .collect();
@@ -95,6 +94,30 @@ pub fn prepare(index: &CandidateIndex, input: &RecommendInput) -> Prepared {
         context,
         candidates,
     }
+}
+
+/// The context vector z of a request (its configuration, failures and cluster key) for a user:
+/// what serving ranks with, and what the learned grader (`rft::learned_grader`) scores with.
+pub fn context_for(
+    index: &CandidateIndex,
+    request: &CandidateRequest,
+    reduced_embedding: Option<&[f64]>,
+    user_role: Option<&str>,
+    domain: Option<&str>,
+) -> Vec<f64> {
+    let signals = SignalProfile::of(request, &ConfigView::of(&request.current_config));
+    context_vector(
+        &signals,
+        reduced_embedding,
+        &config_features(&request.current_config, index),
+        user_role,
+        domain,
+    )
+}
+
+/// The candidate vector c of `candidate` over `current_config`.
+pub fn candidate_vector_for(candidate: &Candidate, current_config: &Value) -> Vec<f64> {
+    candidate_vector(&candidate_features(candidate, current_config))
 }
 
 /// Ranks prepared candidates with one posterior draw; `seed` makes it reproducible (logged).

@@ -120,12 +120,15 @@ pub fn parse_recommendation(
 /// The canonical answer of `diff` over `current`, as [`ParsedRecommendation::canonical`], for
 /// logged diffs that were never completions.
 pub fn canonical_answer(current: &Value, diff: &Value) -> String {
+    canonical_json(&minimal_patch(current, diff))
+}
+
+/// The minimal merge patch of `diff` over `current`, as [`ParsedRecommendation::patch`], for
+/// logged diffs that were never completions.
+pub fn minimal_patch(current: &Value, diff: &Value) -> Value {
     let mut after = current.clone();
     apply_merge_patch(&mut after, diff);
-    canonical_json(&merge_patch_between(
-        &normalize(current),
-        &normalize(&after),
-    ))
+    merge_patch_between(&normalize(current), &normalize(&after))
 }
 
 /// The smallest merge patch p with apply(from, p) = to (RFC 7396 §2 in reverse): removed keys

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::completion::canonical_answer;
 use crate::export::Split;
-use crate::export::example::{PromptContext, Recommendation};
+use crate::export::example::{FailureGroup, PromptContext, Recommendation};
 
 /// How often people approved and rejected one canonical answer in one context.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -26,6 +26,27 @@ impl LoggedVerdicts {
     pub fn accepted(&self) -> bool {
         self.approved > 0 && self.approved >= self.rejected
     }
+}
+
+/// One logged decision: what the platform proposed in a context and whether it was approved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggedDecision {
+    /// The recommendation type as logged (`None` when the platform logged none).
+    pub kind: Option<String>,
+    pub diff: Value,
+    pub approved: bool,
+}
+
+/// What a prompt's examples say about its context beyond the text the model reads: the inputs
+/// of the learned grader's features (`rft::learned_grader`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PromptFacts {
+    /// The failure groups of its first example.
+    pub failures: Vec<FailureGroup>,
+    pub user_role: Option<String>,
+    pub domain: Option<String>,
+    /// Every logged decision of the context, in file order.
+    pub decisions: Vec<LoggedDecision>,
 }
 
 /// One context the recommender is asked about.
@@ -48,6 +69,7 @@ pub struct RftPrompt {
     /// `pattern_cluster_id` when the history was clustered before the export, else the dominant
     /// failure category; `None` without failures): that of its first example that names one.
     pub cluster: Option<String>,
+    pub facts: PromptFacts,
 }
 
 /// The prompts of a data file, in the order their first example appears.
@@ -192,6 +214,12 @@ impl RftDataset {
                         logged: BTreeMap::new(),
                         accepted_completions: Vec::new(),
                         cluster: None,
+                        facts: PromptFacts {
+                            failures: example.context.failures.clone(),
+                            user_role: user_field(&example.context.user_context, "user_role"),
+                            domain: user_field(&example.context.user_context, "domain"),
+                            decisions: Vec::new(),
+                        },
                     });
                     index.insert(key, (prompts.len() - 1, example.id.clone()));
                     prompts.len() - 1
@@ -201,6 +229,11 @@ impl RftDataset {
             if prompt.cluster.is_none() {
                 prompt.cluster = example.cluster;
             }
+            prompt.facts.decisions.push(LoggedDecision {
+                kind: example.recommendation.kind.clone(),
+                diff: example.recommendation.diff.clone(),
+                approved: decision,
+            });
             let answer = canonical_answer(&prompt.current_config, &example.recommendation.diff);
             let verdicts = prompt.logged.entry(answer).or_default();
             if decision {
@@ -228,6 +261,11 @@ impl RftDataset {
     pub fn split(&self, split: Split) -> Vec<&RftPrompt> {
         self.prompts.iter().filter(|p| p.split == split).collect()
     }
+}
+
+/// A string field of an export's `user_context` object.
+fn user_field(user_context: &Value, field: &str) -> Option<String> {
+    user_context.get(field)?.as_str().map(str::to_owned)
 }
 
 #[cfg(test)]
@@ -310,6 +348,23 @@ mod tests {
         assert!(first.logged[r#"{"temperature":0.2}"#].accepted());
         assert!(!first.logged[r#"{"temperature":1.5}"#].accepted());
         assert_eq!(first.accepted_completions.len(), 1);
+        // Every decision is kept with its type, and the context's user.
+        let decisions: Vec<(Option<&str>, bool)> = first
+            .facts
+            .decisions
+            .iter()
+            .map(|d| (d.kind.as_deref(), d.approved))
+            .collect();
+        assert_eq!(
+            decisions,
+            [
+                (Some("temperature"), true),
+                (Some("temperature"), false),
+                (Some("temperature"), false)
+            ]
+        );
+        assert_eq!(first.facts.user_role.as_deref(), Some("ml_engineer"));
+        assert_eq!(first.facts.domain.as_deref(), Some("saas"));
         assert!(
             first
                 .user_turn

@@ -15,6 +15,11 @@
 //!   `p·(+1) + (1 − p)·(−1)`: the same objective in expectation with none of the draw's noise, for
 //!   measuring how much of RL's difficulty is that noise (the `accepted` flag, and so every
 //!   pass@k figure, still comes from the draw).
+//! - [`Grader::Learned`]: a reward model fitted on the logged approvals and rejections
+//!   (`rft::learned_grader`), for real data: the owner accepts with its pessimistic probability
+//!   σ(μ − κ·s), drawn or in expectation as `--world-reward` says. When the data comes from a
+//!   world, that world's truth rides along in the verdict (never in the reward), so a run can
+//!   show its learned reward against true acceptance.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -23,6 +28,7 @@ use sha2::{Digest, Sha256};
 
 use super::completion::{FormatError, parse_recommendation};
 use super::dataset::RftPrompt;
+use super::learned_grader::{LearnedGrader, LearnedGraderError};
 use super::world_truths::{WorldTruthError, WorldTruths};
 use crate::export::rewards::{ACCEPTED, FORMAT_VALID, REJECTED};
 use crate::world::WorldParams;
@@ -35,6 +41,8 @@ pub enum GraderKind {
     Logged,
     /// The synthetic world's ground truth (the data must come from that world).
     World,
+    /// A reward model fitted on the logged approvals and rejections of the train split.
+    Learned,
 }
 
 impl GraderKind {
@@ -43,18 +51,20 @@ impl GraderKind {
         match self {
             GraderKind::Logged => "logged",
             GraderKind::World => "world",
+            GraderKind::Learned => "learned",
         }
     }
 }
 
-/// `--world-reward`: what the world grader's reward is made of.
+/// `--world-reward`: what the world and learned graders' reward is made of.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum WorldReward {
     /// The plan's binary reward of one acceptance draw: +1 accepted, −1 rejected.
     #[default]
     Sampled,
-    /// Its expectation under the true acceptance probability p: 2p − 1.
+    /// Its expectation under the acceptance probability p (the world's true one, the learned
+    /// grader's lower bound): 2p − 1.
     Expected,
 }
 
@@ -78,6 +88,10 @@ pub struct Verdict {
     pub acceptance_probability: Option<f64>,
     /// World only: the true change in expected reliability if applied.
     pub reliability_gain: Option<f64>,
+    /// Learned only: the reward model's posterior-mean acceptance probability σ(μ).
+    pub learned_probability: Option<f64>,
+    /// Learned only: its pessimistic probability σ(μ − κ·s), which the reward is made of.
+    pub learned_lower_bound: Option<f64>,
 }
 
 /// A grader that cannot be built for a data set.
@@ -87,6 +101,12 @@ pub enum GraderError {
         "--grader world: {0}; give the --world-seed and --world-outcomes the data was simulated with, or use --grader logged"
     )]
     World(#[from] WorldTruthError),
+    #[error(transparent)]
+    Learned(#[from] LearnedGraderError),
+    #[error(
+        "--grader learned: the run has no fitted grader (grader.json); it trained with another --grader"
+    )]
+    NoLearnedModel,
 }
 
 /// Grades completions.
@@ -103,6 +123,13 @@ enum Source {
     World {
         truths: WorldTruths,
         reward: WorldReward,
+    },
+    Learned {
+        model: std::sync::Arc<LearnedGrader>,
+        reward: WorldReward,
+        /// The world the data came from, when it came from one: true acceptance for the
+        /// verdict, never for the reward.
+        shadow: Option<WorldTruths>,
     },
 }
 
@@ -130,10 +157,32 @@ impl Grader {
         })
     }
 
-    /// The world's truths this grader judges with (`None` for the logged grader).
+    /// The learned grader `model` for `prompts` (every one's organization must be in it). With
+    /// `shadow`, the world the data came from, verdicts also carry true acceptance.
+    pub fn learned<'a>(
+        model: std::sync::Arc<LearnedGrader>,
+        prompts: impl IntoIterator<Item = &'a RftPrompt>,
+        shadow: Option<WorldTruths>,
+        reward: WorldReward,
+        format_bonus: bool,
+    ) -> Result<Self, GraderError> {
+        model.check_orgs(prompts)?;
+        Ok(Grader {
+            format_bonus,
+            source: Source::Learned {
+                model,
+                reward,
+                shadow,
+            },
+        })
+    }
+
+    /// The world's truths this grader judges with (`None` for the logged grader), or that ride
+    /// along in a learned grader's verdicts.
     pub fn world_truths(&self) -> Option<&WorldTruths> {
         match &self.source {
             Source::World { truths, .. } => Some(truths),
+            Source::Learned { shadow, .. } => shadow.as_ref(),
             Source::Logged => None,
         }
     }
@@ -142,6 +191,7 @@ impl Grader {
         match self.source {
             Source::Logged => GraderKind::Logged,
             Source::World { .. } => GraderKind::World,
+            Source::Learned { .. } => GraderKind::Learned,
         }
     }
 
@@ -152,39 +202,39 @@ impl Grader {
             Ok(parsed) => parsed,
             Err(err) => return invalid(&err, completion),
         };
-        let (accepted, acceptance_probability, reliability_gain) = match &self.source {
-            Source::Logged => (
-                prompt
-                    .logged
-                    .get(&parsed.canonical)
-                    .is_some_and(|v| v.accepted()),
-                None,
-                None,
-            ),
-            Source::World { truths, .. } => match (
+        let truth = self.world_truths().and_then(|truths| {
+            match (
                 truths.acceptance_probability(prompt, &parsed.patch),
                 truths.effect(prompt, &parsed.patch),
             ) {
-                (Ok(probability), Ok(effect)) => {
-                    let u: f64 = verdict_rng(draw, &prompt.id, &parsed.canonical).random();
-                    (
-                        u < probability,
-                        Some(probability),
-                        Some(effect.reliability_delta),
-                    )
-                }
+                (Ok(probability), Ok(effect)) => Some((probability, effect.reliability_delta)),
                 // `Grader::world` checked its prompts; one it never saw gets no credit.
-                _ => (false, None, None),
-            },
+                _ => None,
+            }
+        });
+        let (acceptance_probability, reliability_gain) = truth.unzip();
+        let learned = match &self.source {
+            Source::Learned { model, .. } => {
+                model.score(prompt, Some(parsed.kind), &parsed.patch).ok()
+            }
+            Source::Logged | Source::World { .. } => None,
         };
-        let base = match (&self.source, acceptance_probability) {
-            (
-                Source::World {
-                    reward: WorldReward::Expected,
-                    ..
-                },
-                Some(p),
-            ) => p * ACCEPTED + (1.0 - p) * REJECTED,
+        // The probability the verdict's draw and expected reward use.
+        let (probability, reward) = match &self.source {
+            Source::Logged => (None, WorldReward::Sampled),
+            Source::World { reward, .. } => (acceptance_probability, *reward),
+            Source::Learned { reward, .. } => (learned.map(|l| l.lower_bound), *reward),
+        };
+        let accepted = match (&self.source, probability) {
+            (Source::Logged, _) => prompt
+                .logged
+                .get(&parsed.canonical)
+                .is_some_and(|v| v.accepted()),
+            (_, Some(p)) => verdict_rng(draw, &prompt.id, &parsed.canonical).random::<f64>() < p,
+            (_, None) => false,
+        };
+        let base = match (reward, probability) {
+            (WorldReward::Expected, Some(p)) => p * ACCEPTED + (1.0 - p) * REJECTED,
             _ if accepted => ACCEPTED,
             _ => REJECTED,
         };
@@ -197,6 +247,8 @@ impl Grader {
             accepted,
             acceptance_probability,
             reliability_gain,
+            learned_probability: learned.map(|l| l.probability),
+            learned_lower_bound: learned.map(|l| l.lower_bound),
         }
     }
 }
@@ -218,6 +270,8 @@ fn invalid(err: &FormatError, completion: &str) -> Verdict {
         accepted: false,
         acceptance_probability: None,
         reliability_gain: None,
+        learned_probability: None,
+        learned_lower_bound: None,
     }
 }
 
@@ -271,6 +325,7 @@ mod tests {
             logged,
             accepted_completions: Vec::new(),
             cluster: None,
+            facts: Default::default(),
         }
     }
 
@@ -355,6 +410,86 @@ mod tests {
             err.contains("not-a-config") && err.contains("--world-seed"),
             "{err}"
         );
+    }
+
+    /// The learned grader rewards its pessimistic probability (drawn or in expectation), and a
+    /// world the data came from rides along in the verdict without touching the reward.
+    #[test]
+    fn learned_grader_rewards_its_lower_bound_and_shows_the_world_beside() {
+        use crate::candidates::CandidateIndex;
+        use crate::rft::dataset::LoggedDecision;
+
+        let params = WorldParams {
+            seed: 3,
+            outcomes: 400,
+            ..WorldParams::default()
+        };
+        let world = World::new(params.clone()).unwrap();
+        let prompts: Vec<RftPrompt> = world
+            .config_truths()
+            .take(10)
+            .map(|truth| {
+                let mut p = prompt(&truth.config_id, truth.initial_config.clone());
+                p.facts.decisions = (0..6)
+                    .map(|i| LoggedDecision {
+                        kind: Some("retry_policy".into()),
+                        diff: json!({"retry": {"max_attempts": 3, "backoff_s": 2}}),
+                        approved: i % 3 != 0,
+                    })
+                    .collect();
+                p
+            })
+            .collect();
+        let model = std::sync::Arc::new(
+            LearnedGrader::fit(
+                &prompts,
+                vec![CandidateIndex::empty("acme")],
+                1.0,
+                "sha".into(),
+            )
+            .unwrap(),
+        );
+        let p = &prompts[0];
+        let completion = r#"{"type":"retry_policy","diff":{"retry":{"max_attempts":3,"backoff_s":2}},"rationale":"Retry."}"#;
+        assert!(Grader::logged(false).grade(p, completion, 0).format_valid);
+        let shadow = WorldTruths::new(params, &prompts).unwrap();
+        let expected = Grader::learned(
+            model.clone(),
+            &prompts,
+            Some(shadow),
+            WorldReward::Expected,
+            true,
+        )
+        .unwrap();
+        assert_eq!(expected.kind(), GraderKind::Learned);
+        let verdict = expected.grade(p, completion, 7);
+        let (mean, bound) = (
+            verdict.learned_probability.unwrap(),
+            verdict.learned_lower_bound.unwrap(),
+        );
+        assert!(bound < mean && mean > 0.5, "{mean} {bound}");
+        assert!((verdict.reward - (2.0 * bound - 1.0 + 0.1)).abs() < 1e-12);
+        assert!(verdict.acceptance_probability.is_some() && verdict.reliability_gain.is_some());
+
+        let sampled =
+            Grader::learned(model.clone(), &prompts, None, WorldReward::Sampled, false).unwrap();
+        let drawn = sampled.grade(p, completion, 7);
+        assert_eq!(drawn.reward, if drawn.accepted { 1.0 } else { -1.0 });
+        assert_eq!(drawn.acceptance_probability, None);
+        assert_eq!(sampled.grade(p, completion, 7), drawn);
+        let rate = (0..4000)
+            .filter(|&key| sampled.grade(p, completion, key).accepted)
+            .count() as f64
+            / 4000.0;
+        assert!((rate - bound).abs() < 0.03, "{rate} vs {bound}");
+        assert_eq!(sampled.grade(p, "nonsense", 7).learned_probability, None);
+
+        let mut stranger = prompt("c9", config());
+        stranger.org = "globex".into();
+        let err = Grader::learned(model, [&stranger], None, WorldReward::Sampled, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"globex\""), "{err}");
     }
 
     /// A diff that restates a current value has the same effect, canonical answer, probability

@@ -9,11 +9,15 @@
 pub mod completion;
 pub mod dataset;
 pub mod grader;
+pub mod learned_grader;
 pub mod model_candidates;
 pub mod schema;
 pub mod world_truths;
 
 pub use completion::{FormatError, ParsedRecommendation, canonical_answer, parse_recommendation};
-pub use dataset::{DatasetError, LoggedVerdicts, RftDataset, RftPrompt};
+pub use dataset::{
+    DatasetError, LoggedDecision, LoggedVerdicts, PromptFacts, RftDataset, RftPrompt,
+};
 pub use grader::{Grader, GraderError, GraderKind, Verdict, WorldReward};
+pub use learned_grader::{LearnedGrader, LearnedGraderError, LearnedGraderFile};
 pub use world_truths::{WorldTruthError, WorldTruths};

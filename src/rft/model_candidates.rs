@@ -218,6 +218,7 @@ mod tests {
             logged,
             accepted_completions: Vec::new(),
             cluster: cluster.map(str::to_owned),
+            facts: Default::default(),
         }
     }
 

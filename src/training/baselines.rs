@@ -393,6 +393,7 @@ mod tests {
             logged,
             accepted_completions: Vec::new(),
             cluster: None,
+            facts: Default::default(),
         }
     }
 

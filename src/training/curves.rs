@@ -73,3 +73,58 @@ pub fn write_curves(path: &Path, lines: &[MetricsLine]) -> Result<(), PlotError>
     ];
     write_png(path, &panels, 3)
 }
+
+/// The learned grader's over-optimisation figure (Gao et al. 2022): its reward against the
+/// world's true acceptance, by step and by KL from the warm-up model. A reward model is
+/// over-optimised where its probability keeps rising while true acceptance stalls or falls.
+/// `None` (nothing written) unless the run's steps carry both the learned grader's and the
+/// world's probabilities.
+pub fn write_overoptimisation(path: &Path, lines: &[MetricsLine]) -> Option<Result<(), PlotError>> {
+    let rl: Vec<(f64, &super::RlMetrics)> = steps(lines)
+        .filter_map(|s| s.rl.as_ref().map(|rl| (s.step as f64, rl)))
+        .filter(|(_, rl)| rl.learned_probability.is_some() && rl.acceptance_probability.is_some())
+        .collect();
+    if rl.is_empty() {
+        return None;
+    }
+    type Pick = fn(&super::RlMetrics) -> f64;
+    let picks: [(&str, Pick); 3] = [
+        ("learned σ(μ)", |m| m.learned_probability.unwrap_or(0.0)),
+        ("learned lower bound (reward)", |m| {
+            m.learned_lower_bound.unwrap_or(0.0)
+        }),
+        ("true acceptance (world)", |m| {
+            m.acceptance_probability.unwrap_or(0.0)
+        }),
+    ];
+    // The three curves against x(step, metrics), in order of x.
+    let against = |x: &dyn Fn(f64, &super::RlMetrics) -> f64| -> Vec<Series> {
+        picks
+            .iter()
+            .map(|(name, y)| {
+                let mut points: Vec<(f64, f64)> =
+                    rl.iter().map(|(step, m)| (x(*step, m), y(m))).collect();
+                points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                Series {
+                    name: (*name).to_owned(),
+                    points,
+                }
+            })
+            .collect()
+    };
+    let panels = [
+        Panel {
+            title: "Learned reward vs true acceptance, by step (batch means)".to_owned(),
+            x_label: "step".to_owned(),
+            y_label: "probability".to_owned(),
+            series: against(&|step, _| step),
+        },
+        Panel {
+            title: "… by KL to the warm-up model".to_owned(),
+            x_label: "KL (nats per token)".to_owned(),
+            y_label: "probability".to_owned(),
+            series: against(&|_, m| m.kl),
+        },
+    ];
+    Some(write_png(path, &panels, 2))
+}

@@ -86,9 +86,18 @@ pub struct RlMetrics {
     pub format_validity: f64,
     pub completion_tokens_mean: f64,
     pub completion_tokens_max: usize,
-    /// The world grader's mean true acceptance probability of the samples.
+    /// The mean true acceptance probability of the samples (malformed ones count 0), when the
+    /// data comes from a world: the world grader's, or the truth beside a learned grader.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acceptance_probability: Option<f64>,
+    /// Learned grader: the mean of its posterior-mean acceptance probability σ(μ) over the
+    /// samples (malformed ones count 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned_probability: Option<f64>,
+    /// Learned grader: the mean of its pessimistic probability σ(μ − κ·s), which the reward is
+    /// made of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned_lower_bound: Option<f64>,
     /// Prompts drawn this step (more than `--prompts-per-step` with dynamic sampling).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompts_drawn: Option<usize>,

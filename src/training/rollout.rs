@@ -348,6 +348,8 @@ pub struct BatchFigures {
     accepted: f64,
     valid: f64,
     acceptance_probability: f64,
+    learned_probability: f64,
+    learned_lower_bound: f64,
     tokens: usize,
     longest: usize,
     negative_logprob_sum: f64,
@@ -372,6 +374,8 @@ impl BatchFigures {
             self.accepted += f64::from(u8::from(verdict.accepted));
             self.valid += f64::from(u8::from(verdict.format_valid));
             self.acceptance_probability += verdict.acceptance_probability.unwrap_or(0.0);
+            self.learned_probability += verdict.learned_probability.unwrap_or(0.0);
+            self.learned_lower_bound += verdict.learned_lower_bound.unwrap_or(0.0);
             self.tokens += sample.tokens.len();
             self.longest = self.longest.max(sample.tokens.len());
             self.negative_logprob_sum -= sample.logprobs.iter().map(|&l| f64::from(l)).sum::<f64>();
@@ -388,7 +392,8 @@ impl BatchFigures {
     }
 
     /// The step's RL figures; `kl`, `clip_fraction` and the draw counts come from elsewhere.
-    pub fn metrics(&self, grader: GraderKind, kl: f64, clip_fraction: f64) -> RlMetrics {
+    pub fn metrics(&self, grader: &Grader, kl: f64, clip_fraction: f64) -> RlMetrics {
+        let learned = grader.kind() == GraderKind::Learned;
         let groups = self.groups.max(1) as f64;
         let samples = self.samples.max(1) as f64;
         let reward_mean = self.reward_sum / samples;
@@ -407,8 +412,12 @@ impl BatchFigures {
             format_validity: self.valid / samples,
             completion_tokens_mean: self.tokens as f64 / samples,
             completion_tokens_max: self.longest,
-            acceptance_probability: (grader == GraderKind::World)
+            acceptance_probability: grader
+                .world_truths()
+                .is_some()
                 .then(|| self.acceptance_probability / samples),
+            learned_probability: learned.then(|| self.learned_probability / samples),
+            learned_lower_bound: learned.then(|| self.learned_lower_bound / samples),
             prompts_drawn: Some(self.groups),
             kl_coef: None,
             kl_average: None,

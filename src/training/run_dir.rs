@@ -2,11 +2,13 @@
 //!
 //! ```text
 //! RUN_DIR/config.json          resolved settings (written once, read on --resume)
+//! RUN_DIR/grader.json          --grader learned: the reward model's fit (written once)
 //! RUN_DIR/metrics.jsonl        one line per step or rollback
 //! RUN_DIR/checkpoints/step-N/  state.json + the trainer's adapter and optimizer files
 //! RUN_DIR/warmup-model/        the model after the warm-up (Hugging Face layout): RL's base
 //! RUN_DIR/adapter/             the final PEFT adapter
 //! RUN_DIR/summary.json         final figures; RUN_DIR/curves.png the main curves
+//! RUN_DIR/overoptimisation.png --grader learned on a world's data: learned reward vs truth
 //! ```
 //!
 //! Invariant: every `checkpoints/step-N` directory is complete. A checkpoint is written into
@@ -25,15 +27,21 @@ use serde::{Deserialize, Serialize};
 use super::guard::GuardState;
 use super::metrics::MetricsLine;
 use super::settings::TrainSettings;
-use crate::rft::RftDataset;
+use crate::export::Split;
+use crate::rft::learned_grader::data_sha256;
+use crate::rft::{LearnedGrader, LearnedGraderFile, RftDataset};
 
 pub const CONFIG_FILE: &str = "config.json";
 pub const METRICS_FILE: &str = "metrics.jsonl";
 pub const SUMMARY_FILE: &str = "summary.json";
 pub const CURVES_FILE: &str = "curves.png";
+/// `--grader learned` on a world's data: learned reward against true acceptance.
+pub const OVEROPTIMISATION_FILE: &str = "overoptimisation.png";
 pub const CHECKPOINTS_DIR: &str = "checkpoints";
 pub const WARMUP_MODEL_DIR: &str = "warmup-model";
 pub const FINAL_ADAPTER_DIR: &str = "adapter";
+/// The learned grader's fit (`--grader learned`), written when the run is created.
+pub const LEARNED_GRADER_FILE: &str = "grader.json";
 const STATE_FILE: &str = "state.json";
 const TEMP_PREFIX: &str = ".tmp-";
 /// Checkpoints kept; older ones are deleted once a newer one is in place.
@@ -426,6 +434,32 @@ pub fn read_run_data(root: &Path, settings: &TrainSettings) -> anyhow::Result<Rf
             settings.data.display()
         )
     })
+}
+
+/// The learned grader of the run in `root`, refitted on its data and checked against
+/// `grader.json` (errors name the run as `flag`'s).
+pub fn read_learned_grader(
+    root: &Path,
+    flag: &str,
+    settings: &TrainSettings,
+    dataset: &RftDataset,
+) -> anyhow::Result<std::sync::Arc<LearnedGrader>> {
+    let path = root.join(LEARNED_GRADER_FILE);
+    if !path.is_file() {
+        bail!(
+            "{flag} {}: no {LEARNED_GRADER_FILE}; the run trained with --grader {}, not learned",
+            root.display(),
+            settings.grader.as_str()
+        );
+    }
+    let bytes = fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let file: LearnedGraderFile = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a learned grader", path.display()))?;
+    let sha = data_sha256(&settings.data)
+        .with_context(|| format!("cannot read {}", settings.data.display()))?;
+    let grader = LearnedGrader::load(file, dataset.split(Split::Train), &settings.data, sha)
+        .with_context(|| format!("{flag} {}", root.display()))?;
+    Ok(std::sync::Arc::new(grader))
 }
 
 /// Writes `path` through a synced temporary file and a rename, so it is whole or absent.

@@ -7,8 +7,14 @@ use objectives::{Estimator, Objective};
 use serde::{Deserialize, Serialize};
 
 use super::guard::KlControl;
-use crate::rft::{Grader, GraderError, GraderKind, RftPrompt, WorldReward};
+use crate::rft::WorldTruths;
+use crate::rft::learned_grader::DEFAULT_LCB_Z;
+use crate::rft::{Grader, GraderError, GraderKind, LearnedGrader, RftPrompt, WorldReward};
 use crate::world::WorldParams;
+
+fn default_lcb_z() -> f64 {
+    DEFAULT_LCB_Z
+}
 
 /// `--device`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -128,6 +134,10 @@ pub struct TrainSettings {
     /// runs' config.json: the draw).
     #[serde(default)]
     pub world_reward: WorldReward,
+    /// The learned grader's κ: its reward is made of σ(μ − κ·s) (absent from older runs'
+    /// config.json: the default).
+    #[serde(default = "default_lcb_z")]
+    pub learned_lcb_z: f64,
     /// +0.1 for a well-formed recommendation.
     pub format_bonus: bool,
     /// Seeds the data order, sampling, the world's draws and majority tie-breaks.
@@ -227,7 +237,7 @@ impl TrainSettings {
     pub fn validate(&self) -> Result<(), String> {
         self.estimator()?;
         let positive = |value: f64| value.is_finite() && value > 0.0;
-        let checks: [(bool, String); 22] = [
+        let checks: [(bool, String); 23] = [
             (
                 self.update_epochs >= 1,
                 "--update-epochs must be at least 1".into(),
@@ -341,6 +351,13 @@ impl TrainSettings {
                 ),
             ),
             (
+                self.learned_lcb_z.is_finite() && self.learned_lcb_z >= 0.0,
+                format!(
+                    "--learned-lcb-z must be a finite number ≥ 0, got {}",
+                    self.learned_lcb_z
+                ),
+            ),
+            (
                 self.kl_coef.is_finite() && self.kl_coef >= 0.0,
                 format!("--kl-coef must be non-negative, got {}", self.kl_coef),
             ),
@@ -358,24 +375,37 @@ impl TrainSettings {
         }
     }
 
-    /// The `kind` grader for `prompts` with the run's world and format bonus.
+    /// The `kind` grader for `prompts` with the run's world and format bonus; `learned` is the
+    /// run's fitted reward model (`--grader learned` only; `run_dir::read_learned_grader`).
     pub fn grader<'a>(
         &self,
         kind: GraderKind,
-        prompts: impl IntoIterator<Item = &'a RftPrompt>,
+        prompts: impl IntoIterator<Item = &'a RftPrompt> + Clone,
+        learned: Option<std::sync::Arc<LearnedGrader>>,
     ) -> Result<Grader, GraderError> {
-        match kind {
-            GraderKind::Logged => Ok(Grader::logged(self.format_bonus)),
-            GraderKind::World => Grader::world(
-                WorldParams {
-                    seed: self.world_seed,
-                    outcomes: self.world_outcomes,
-                    ..WorldParams::default()
-                },
+        match (kind, learned) {
+            (GraderKind::Logged, _) => Ok(Grader::logged(self.format_bonus)),
+            (GraderKind::World, _) => Grader::world(
+                self.world_params(),
                 prompts,
                 self.world_reward,
                 self.format_bonus,
             ),
+            (GraderKind::Learned, Some(model)) => {
+                // Data from another world, or from a platform, has no truth to show beside.
+                let shadow = WorldTruths::new(self.world_params(), prompts.clone()).ok();
+                Grader::learned(model, prompts, shadow, self.world_reward, self.format_bonus)
+            }
+            (GraderKind::Learned, None) => Err(GraderError::NoLearnedModel),
+        }
+    }
+
+    /// The world `--world-seed` and `--world-outcomes` describe.
+    pub fn world_params(&self) -> WorldParams {
+        WorldParams {
+            seed: self.world_seed,
+            outcomes: self.world_outcomes,
+            ..WorldParams::default()
         }
     }
 
@@ -428,6 +458,7 @@ pub(crate) mod tests {
             world_seed: 1,
             world_outcomes: 20_000,
             world_reward: WorldReward::Sampled,
+            learned_lcb_z: DEFAULT_LCB_Z,
             format_bonus: true,
             seed: 1,
             learning_rate: 1e-3,

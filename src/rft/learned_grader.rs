@@ -1,0 +1,615 @@
+//! The learned grader (`--grader learned`): a reward model of P(accept) fitted on the platform's
+//! logged approvals and rejections, for data with no world behind it.
+//!
+//! It is serving's own model, reused rather than copied: the bandit crate's Bayesian logistic
+//! regression (Laplace approximation, [`bandit::ModelKind::Logistic`]) over the features serving
+//! ranks with (`recommend::engine::context_for` ⊗ `candidate_vector_for`: failure signals and
+//! cluster, configuration and price tier, role and domain × recommendation type, size and
+//! direction of each change, the cost of the model switched to). So it scores any well-formed
+//! diff, including ones nobody ever proposed, by what similar changes met in similar contexts.
+//!
+//! The reward is pessimistic where the data is thin: the lower confidence bound
+//! σ(μ − κ·s) of the posterior log-odds (μ the mean score, s its posterior standard deviation,
+//! κ = `--learned-lcb-z`), so a diff far from anything logged earns little however its mean
+//! extrapolates. Features a logged diff cannot have are left out of c: the heuristics' expected
+//! reliability delta and evidence (0 here, as for a model idea nobody has measured) and the
+//! model-source flag.
+//!
+//! A run keeps the fit in `grader.json` ([`LearnedGraderFile`]): the data file's SHA-256, the
+//! organizations' candidate indexes it priced switches with, κ and the fitted coefficients.
+//! Eval and resume refit from the same data and indexes and check the coefficients, so they
+//! grade with exactly the grader the run trained on and never touch the database.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bandit::{ModelKind, Observation, PolicyConfig, ThompsonPolicy};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::completion::minimal_patch;
+use super::dataset::RftPrompt;
+use crate::candidates::{CandidateIndex, CandidateRequest, FailureObservation};
+use crate::domain::{Candidate, CandidateSource, RecommendationType};
+use crate::recommend::engine::{candidate_vector_for, context_for};
+use crate::recommend::features::layout;
+
+/// The version of [`LearnedGraderFile`]'s layout and of the features it was fitted on.
+pub const LEARNED_GRADER_VERSION: u32 = 1;
+
+/// κ by default: the reward is σ(μ − 1·s), one posterior standard deviation below the mean.
+pub const DEFAULT_LCB_Z: f64 = 1.0;
+
+/// Failures of one export failure group read into the context, at most: the signal weights are
+/// shares, so a group's size only matters relative to the others'.
+const MAX_FAILURES_PER_GROUP: i64 = 100;
+
+/// Largest relative difference between refitted and stored coefficients that still counts as
+/// the same fit (the refit is deterministic; this only absorbs a different libm).
+const REFIT_TOLERANCE: f64 = 1e-9;
+
+/// A learned grader that cannot be fitted or loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LearnedGraderError {
+    #[error("--grader learned: the train split holds no logged decision to learn from")]
+    NoDecisions,
+    #[error(
+        "--grader learned: organization {org:?} of the data has no candidate index in the grader (it was fitted on other organizations)"
+    )]
+    UnknownOrg { org: String },
+    #[error(
+        "--grader learned: the grader was fitted on data with SHA-256 {fitted}, but {} has {found}",
+        path.display()
+    )]
+    DataChanged {
+        path: std::path::PathBuf,
+        fitted: String,
+        found: String,
+    },
+    #[error(
+        "--grader learned: grader.json has layout version {found}; this arc-rec reads version {LEARNED_GRADER_VERSION}"
+    )]
+    Version { found: u32 },
+    #[error(
+        "--grader learned: refitting on the same data gave other coefficients (largest relative difference {difference:.3e}); grader.json was written by another version of arc-rec"
+    )]
+    Refit { difference: f64 },
+    #[error("--learned-lcb-z {0}: must be a finite number ≥ 0")]
+    LcbZ(f64),
+    #[error("--grader learned: {0}")]
+    Bandit(#[from] bandit::BanditError),
+}
+
+/// What a run directory keeps of its learned grader.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LearnedGraderFile {
+    pub version: u32,
+    /// SHA-256 of the data file it was fitted on (its train split).
+    pub data_sha256: String,
+    /// κ: the reward is σ(μ − κ·s).
+    pub lcb_z: f64,
+    /// Logged decisions it was fitted on.
+    pub observations: usize,
+    /// The candidate index of each organization of the data, as the fit read it from the
+    /// database (model prices and statistics for the cost of a model switch and the context's
+    /// price tier).
+    pub indexes: Vec<CandidateIndex>,
+    /// The posterior mean of the coefficients, d = |z|·|c|.
+    pub mean: Vec<f64>,
+}
+
+/// A learned grader's view of one diff in one context.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LearnedScore {
+    /// σ(μ): the posterior mean's acceptance probability.
+    pub probability: f64,
+    /// σ(μ − κ·s): the pessimistic probability the reward is made of.
+    pub lower_bound: f64,
+    /// s, the posterior standard deviation of the log-odds.
+    pub log_odds_sd: f64,
+}
+
+/// The fitted reward model.
+#[derive(Debug, Clone)]
+pub struct LearnedGrader {
+    policy: ThompsonPolicy,
+    indexes: BTreeMap<String, CandidateIndex>,
+    lcb_z: f64,
+    data_sha256: String,
+    observations: usize,
+}
+
+/// The posterior the grader keeps: logistic, prior N(0, I), nothing forgotten; one draw in the
+/// bank (the grader reads the mean and the exact standard deviation, never the draws).
+fn grader_policy_config() -> PolicyConfig {
+    PolicyConfig {
+        model: ModelKind::Logistic,
+        prior_precision: 1.0,
+        noise_scale: 1.0,
+        epsilon: 0.0,
+        mc_samples: 1,
+        half_life_s: None,
+    }
+}
+
+impl LearnedGrader {
+    /// Fits the grader on every logged decision of `prompts` (the run's train split), each
+    /// organization's switches priced by its index in `indexes`. `data_sha256` names the data
+    /// file (see [`data_sha256`]).
+    pub fn fit<'a>(
+        prompts: impl IntoIterator<Item = &'a RftPrompt>,
+        indexes: Vec<CandidateIndex>,
+        lcb_z: f64,
+        data_sha256: String,
+    ) -> Result<Self, LearnedGraderError> {
+        if !(lcb_z.is_finite() && lcb_z >= 0.0) {
+            return Err(LearnedGraderError::LcbZ(lcb_z));
+        }
+        let indexes: BTreeMap<String, CandidateIndex> = indexes
+            .into_iter()
+            .map(|index| (index.org.clone(), index))
+            .collect();
+        let mut observations = Vec::new();
+        for prompt in prompts {
+            let index = indexes
+                .get(&prompt.org)
+                .ok_or_else(|| LearnedGraderError::UnknownOrg {
+                    org: prompt.org.clone(),
+                })?;
+            let z = context_of(prompt, index);
+            for (i, decision) in prompt.facts.decisions.iter().enumerate() {
+                let kind = decision.kind.as_deref().and_then(RecommendationType::parse);
+                let patch = minimal_patch(&prompt.current_config, &decision.diff);
+                // File order breaks no ties: `rebuild` orders by (timestamp, id), and the
+                // timestamp is the decision's position in the data.
+                observations.push(Observation::binary(
+                    format!("{}#{i}", prompt.id),
+                    observations.len() as f64,
+                    z.clone(),
+                    candidate_of(prompt, index, kind, &patch),
+                    decision.approved,
+                ));
+            }
+        }
+        if observations.is_empty() {
+            return Err(LearnedGraderError::NoDecisions);
+        }
+        let mut policy = ThompsonPolicy::new(layout(), grader_policy_config())?;
+        policy.rebuild(&observations, observations.len() as f64)?;
+        Ok(Self {
+            policy,
+            indexes,
+            lcb_z,
+            data_sha256,
+            observations: observations.len(),
+        })
+    }
+
+    /// Refits the grader `file` describes on `prompts` (the train split of the data file whose
+    /// SHA-256 is `data_sha256`, read from `path`) and checks it is the same fit.
+    pub fn load<'a>(
+        file: LearnedGraderFile,
+        prompts: impl IntoIterator<Item = &'a RftPrompt>,
+        path: &Path,
+        data_sha256: String,
+    ) -> Result<Self, LearnedGraderError> {
+        if file.version != LEARNED_GRADER_VERSION {
+            return Err(LearnedGraderError::Version {
+                found: file.version,
+            });
+        }
+        if file.data_sha256 != data_sha256 {
+            return Err(LearnedGraderError::DataChanged {
+                path: path.to_owned(),
+                fitted: file.data_sha256,
+                found: data_sha256,
+            });
+        }
+        let grader = Self::fit(prompts, file.indexes, file.lcb_z, data_sha256)?;
+        let difference = max_relative_difference(grader.policy.mean(), &file.mean);
+        if difference > REFIT_TOLERANCE {
+            return Err(LearnedGraderError::Refit { difference });
+        }
+        Ok(grader)
+    }
+
+    /// What a run directory keeps (see [`LearnedGraderFile`]).
+    pub fn to_file(&self) -> LearnedGraderFile {
+        LearnedGraderFile {
+            version: LEARNED_GRADER_VERSION,
+            data_sha256: self.data_sha256.clone(),
+            lcb_z: self.lcb_z,
+            observations: self.observations,
+            indexes: self.indexes.values().cloned().collect(),
+            mean: self.policy.mean().to_vec(),
+        }
+    }
+
+    /// Logged decisions it was fitted on.
+    pub fn observations(&self) -> usize {
+        self.observations
+    }
+
+    /// How well the posterior mean ranks the logged decisions of `prompts` (e.g. the held-out
+    /// split): the AUC, P(an approved diff scores above a rejected one, ties half), and the number
+    /// of decisions; `None` without both an approval and a rejection among them.
+    pub fn auc<'a>(
+        &self,
+        prompts: impl IntoIterator<Item = &'a RftPrompt>,
+    ) -> Option<(f64, usize)> {
+        let mut scored: Vec<(f64, bool)> = Vec::new();
+        for prompt in prompts {
+            for decision in &prompt.facts.decisions {
+                let kind = decision.kind.as_deref().and_then(RecommendationType::parse);
+                let patch = minimal_patch(&prompt.current_config, &decision.diff);
+                if let Ok(score) = self.score(prompt, kind, &patch) {
+                    scored.push((score.probability, decision.approved));
+                }
+            }
+        }
+        auc(&mut scored).map(|a| (a, scored.len()))
+    }
+
+    /// Checks that every prompt's organization has an index here.
+    pub fn check_orgs<'a>(
+        &self,
+        prompts: impl IntoIterator<Item = &'a RftPrompt>,
+    ) -> Result<(), LearnedGraderError> {
+        match prompts
+            .into_iter()
+            .find(|p| !self.indexes.contains_key(&p.org))
+        {
+            Some(prompt) => Err(LearnedGraderError::UnknownOrg {
+                org: prompt.org.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The grader's view of the recommendation of type `kind` whose minimal patch over the
+    /// prompt's configuration is `patch`.
+    pub fn score(
+        &self,
+        prompt: &RftPrompt,
+        kind: Option<RecommendationType>,
+        patch: &Value,
+    ) -> Result<LearnedScore, LearnedGraderError> {
+        let index =
+            self.indexes
+                .get(&prompt.org)
+                .ok_or_else(|| LearnedGraderError::UnknownOrg {
+                    org: prompt.org.clone(),
+                })?;
+        let z = context_of(prompt, index);
+        let c = candidate_of(prompt, index, kind, patch);
+        let mean = self.policy.mean_score(&z, &c)?;
+        let sd = self.policy.posterior_sd(&z, &c)?;
+        Ok(LearnedScore {
+            probability: sigmoid(mean),
+            lower_bound: sigmoid(mean - self.lcb_z * sd),
+            log_odds_sd: sd,
+        })
+    }
+}
+
+/// The context vector z of a prompt, as serving would build it for the same failures, cluster
+/// and user (no reduced embedding: an export carries the cluster's id, not its embedding).
+fn context_of(prompt: &RftPrompt, index: &CandidateIndex) -> Vec<f64> {
+    let failures = prompt
+        .facts
+        .failures
+        .iter()
+        .flat_map(|group| {
+            let observation = FailureObservation {
+                failure_category: Some(group.failure_category.clone()),
+                error_message: Some(group.example.clone()),
+                tool_name: None,
+                error_code: None,
+            };
+            let count = group.count.clamp(0, MAX_FAILURES_PER_GROUP) as usize;
+            std::iter::repeat_n(observation, count)
+        })
+        .collect();
+    let request = CandidateRequest {
+        failures,
+        cluster_key: prompt.cluster.clone(),
+        ..CandidateRequest::new(prompt.current_config.clone())
+    };
+    context_for(
+        index,
+        &request,
+        None,
+        prompt.facts.user_role.as_deref(),
+        prompt.facts.domain.as_deref(),
+    )
+}
+
+/// The candidate vector c of a diff as the grader sees it: a heuristic-sourced candidate with
+/// no measured expectation, its cost delta priced by the organization's index.
+fn candidate_of(
+    prompt: &RftPrompt,
+    index: &CandidateIndex,
+    kind: Option<RecommendationType>,
+    patch: &Value,
+) -> Vec<f64> {
+    let mut c = candidate_vector_for(
+        &Candidate {
+            candidate_id: String::new(),
+            recommendation_type: kind.unwrap_or(RecommendationType::Balanced),
+            diff: patch.clone(),
+            description: String::new(),
+            expected_reliability_delta: 0.0,
+            expected_cost_delta_usd: index.expected_cost_delta(&prompt.current_config, patch),
+            evidence_count: 0,
+            source: CandidateSource::Heuristic,
+        },
+        &prompt.current_config,
+    );
+    if kind.is_none() {
+        // No logged type: no type feature, rather than a guessed one.
+        c[..RecommendationType::ALL.len()].fill(0.0);
+    }
+    c
+}
+
+/// SHA-256 of a data file, hex.
+pub fn data_sha256(path: &Path) -> std::io::Result<String> {
+    let bytes = std::fs::read(path)?;
+    Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+/// The Mann-Whitney AUC of scores against labels, ties counted half (average ranks).
+fn auc(scored: &mut [(f64, bool)]) -> Option<f64> {
+    scored.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let positives = scored.iter().filter(|(_, y)| *y).count() as f64;
+    let negatives = scored.len() as f64 - positives;
+    if positives == 0.0 || negatives == 0.0 {
+        return None;
+    }
+    let mut rank_sum = 0.0;
+    let mut i = 0;
+    while i < scored.len() {
+        let mut j = i;
+        while j < scored.len() && scored[j].0 == scored[i].0 {
+            j += 1;
+        }
+        // Ranks i+1..=j share their average.
+        let average = (i + 1 + j) as f64 / 2.0;
+        rank_sum += average * scored[i..j].iter().filter(|(_, y)| *y).count() as f64;
+        i = j;
+    }
+    Some((rank_sum - positives * (positives + 1.0) / 2.0) / (positives * negatives))
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn max_relative_difference(a: &[f64], b: &[f64]) -> f64 {
+    if a.len() != b.len() {
+        return f64::INFINITY;
+    }
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() / (1.0 + x.abs().max(y.abs())))
+        .fold(0.0, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::export::Split;
+    use crate::export::example::FailureGroup;
+    use crate::rft::dataset::{LoggedDecision, PromptFacts};
+
+    fn config() -> Value {
+        json!({"model": "openai/gpt-4.1", "temperature": 0.7, "timeout_s": 30,
+               "retry": {"max_attempts": 1}})
+    }
+
+    /// A context with timeouts, where people approved a longer timeout four times in five and a
+    /// cooler temperature one time in five.
+    fn prompt(n: usize) -> RftPrompt {
+        let decisions = (0..10)
+            .map(|i| {
+                let (kind, diff, approved) = if i % 2 == 0 {
+                    ("timeout_adjustment", json!({"timeout_s": 120}), i % 10 != 0)
+                } else {
+                    ("temperature", json!({"temperature": 0.2}), i % 10 == 1)
+                };
+                LoggedDecision {
+                    kind: Some(kind.to_owned()),
+                    diff,
+                    approved,
+                }
+            })
+            .collect();
+        RftPrompt {
+            id: format!("acme/c{n}/1"),
+            org: "acme".into(),
+            config_id: format!("c{n}"),
+            split: Split::Train,
+            user_turn: String::new(),
+            current_config: config(),
+            logged: BTreeMap::new(),
+            accepted_completions: Vec::new(),
+            cluster: None,
+            facts: PromptFacts {
+                failures: vec![FailureGroup {
+                    failure_category: "timeout".into(),
+                    failure_type: "execution_error".into(),
+                    count: 5,
+                    example: "Agent stopped due to iteration limit or time limit.".into(),
+                }],
+                user_role: Some("ml_engineer".into()),
+                domain: Some("saas".into()),
+                decisions,
+            },
+        }
+    }
+
+    fn fitted(prompts: &[RftPrompt]) -> LearnedGrader {
+        LearnedGrader::fit(
+            prompts,
+            vec![CandidateIndex::empty("acme")],
+            1.0,
+            "sha".into(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn it_learns_what_people_approved_and_doubts_what_nobody_proposed() {
+        let prompts: Vec<RftPrompt> = (0..30).map(prompt).collect();
+        let grader = fitted(&prompts);
+        assert_eq!(grader.observations(), 300);
+        let fresh = prompt(99);
+        let score = |kind, patch: Value| grader.score(&fresh, Some(kind), &patch).unwrap();
+        let timeout = score(
+            RecommendationType::TimeoutAdjustment,
+            json!({"timeout_s": 120}),
+        );
+        let cooler = score(RecommendationType::Temperature, json!({"temperature": 0.2}));
+        // The logged rates are 0.8 and 0.2; the prior pulls both a little towards 0.5.
+        assert!((0.6..0.85).contains(&timeout.probability), "{timeout:?}");
+        assert!((0.15..0.4).contains(&cooler.probability), "{cooler:?}");
+        // Never proposed here: a model switch; its log-odds are far less certain, so its lower
+        // bound sits well below its mean.
+        let switch = score(
+            RecommendationType::ModelSwitch,
+            json!({"model": "anthropic/claude-3-haiku"}),
+        );
+        assert!(
+            switch.log_odds_sd > 2.0 * timeout.log_odds_sd,
+            "{switch:?} vs {timeout:?}"
+        );
+        for s in [timeout, cooler, switch] {
+            assert!(s.lower_bound < s.probability, "{s:?}");
+        }
+        assert!(
+            switch.probability - switch.lower_bound > timeout.probability - timeout.lower_bound
+        );
+        // κ = 0: the bound is the mean.
+        let plain = LearnedGrader::fit(
+            &prompts,
+            vec![CandidateIndex::empty("acme")],
+            0.0,
+            "sha".into(),
+        )
+        .unwrap()
+        .score(
+            &fresh,
+            Some(RecommendationType::TimeoutAdjustment),
+            &json!({"timeout_s": 120}),
+        )
+        .unwrap();
+        assert_eq!(plain.lower_bound, plain.probability);
+    }
+
+    #[test]
+    fn auc_matches_pair_counting() {
+        let cases: [&[(f64, bool)]; 4] = [
+            &[(0.1, false), (0.9, true)],
+            &[(0.9, false), (0.1, true)],
+            &[
+                (0.5, false),
+                (0.5, true),
+                (0.7, true),
+                (0.2, false),
+                (0.5, true),
+            ],
+            &[(0.3, true), (0.3, true)],
+        ];
+        for case in cases {
+            let pairs: Vec<f64> = case
+                .iter()
+                .filter(|(_, y)| *y)
+                .flat_map(|(p, _)| {
+                    case.iter().filter(|(_, y)| !*y).map(move |(n, _)| {
+                        if p > n {
+                            1.0
+                        } else if p == n {
+                            0.5
+                        } else {
+                            0.0
+                        }
+                    })
+                })
+                .collect();
+            let oracle =
+                (!pairs.is_empty()).then(|| pairs.iter().sum::<f64>() / pairs.len() as f64);
+            assert_eq!(auc(&mut case.to_vec()), oracle, "{case:?}");
+        }
+        let grader = fitted(&(0..30).map(prompt).collect::<Vec<_>>());
+        let (held_out, n) = grader.auc([&prompt(99)]).unwrap();
+        assert_eq!(n, 10);
+        assert!(held_out > 0.7, "{held_out}");
+    }
+
+    #[test]
+    fn bad_fits_are_named() {
+        let prompts = vec![prompt(1)];
+        let err = LearnedGrader::fit(&prompts, vec![], 1.0, "sha".into()).unwrap_err();
+        assert!(err.to_string().contains("organization \"acme\""), "{err}");
+        let err = LearnedGrader::fit(
+            &prompts,
+            vec![CandidateIndex::empty("acme")],
+            f64::NAN,
+            "sha".into(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("--learned-lcb-z NaN"), "{err}");
+        let mut silent = prompt(1);
+        silent.facts.decisions.clear();
+        let err = LearnedGrader::fit(
+            [&silent],
+            vec![CandidateIndex::empty("acme")],
+            1.0,
+            "sha".into(),
+        )
+        .unwrap_err();
+        assert!(matches!(err, LearnedGraderError::NoDecisions), "{err}");
+        let grader = fitted(&prompts);
+        let mut stranger = prompt(2);
+        stranger.org = "globex".into();
+        assert!(grader.check_orgs([&prompts[0]]).is_ok());
+        let err = grader.check_orgs([&stranger]).unwrap_err();
+        assert!(err.to_string().contains("\"globex\""), "{err}");
+    }
+
+    #[test]
+    fn a_stored_grader_reloads_to_the_same_fit_and_refuses_other_data_or_coefficients() {
+        let prompts: Vec<RftPrompt> = (0..5).map(prompt).collect();
+        let grader = fitted(&prompts);
+        let file: LearnedGraderFile =
+            serde_json::from_slice(&serde_json::to_vec(&grader.to_file()).unwrap()).unwrap();
+        let path = Path::new("data.jsonl");
+        let reloaded = LearnedGrader::load(file.clone(), &prompts, path, "sha".into()).unwrap();
+        assert_eq!(reloaded.policy.mean(), grader.policy.mean());
+        assert_eq!(reloaded.to_file(), grader.to_file());
+
+        let err = LearnedGrader::load(file.clone(), &prompts, path, "other".into()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("fitted on data with SHA-256 sha, but data.jsonl has other"),
+            "{err}"
+        );
+        let mut changed = file.clone();
+        changed.mean[3] += 0.01;
+        let err = LearnedGrader::load(changed, &prompts, path, "sha".into()).unwrap_err();
+        assert!(matches!(err, LearnedGraderError::Refit { .. }), "{err}");
+        // Other decisions under the same hash (a file edited in place is caught by the hash;
+        // this is the refit check's own test).
+        let err = LearnedGrader::load(file.clone(), &prompts[..4], path, "sha".into()).unwrap_err();
+        assert!(matches!(err, LearnedGraderError::Refit { .. }), "{err}");
+        let mut old = file;
+        old.version = 0;
+        let err = LearnedGrader::load(old, &prompts, path, "sha".into()).unwrap_err();
+        assert!(err.to_string().contains("layout version 0"), "{err}");
+    }
+}
