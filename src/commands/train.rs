@@ -387,7 +387,11 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
     let curves = root.join(crate::training::run_dir::CURVES_FILE);
     crate::training::curves::write_curves(&curves, &lines)?;
     let overoptimisation = root.join(crate::training::run_dir::OVEROPTIMISATION_FILE);
-    crate::training::curves::write_overoptimisation(&overoptimisation, &lines).transpose()?;
+    let overoptimisation =
+        crate::training::curves::write_overoptimisation(&overoptimisation, &lines)
+            .transpose()?
+            .map(|()| format!("; learned reward vs truth {}", overoptimisation.display()))
+            .unwrap_or_default();
     let summary = json!({
         "run_id": run_id,
         "steps": outcome.steps,
@@ -431,7 +435,7 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
         println!("recorded run and model version for {recorded_orgs} organization(s)");
     }
     println!(
-        "done: {} steps on {} ({} rollbacks); adapter {}; curves {}; metrics {}",
+        "done: {} steps on {} ({} rollbacks); adapter {}; curves {}{overoptimisation}; metrics {}",
         outcome.steps,
         outcome.device,
         outcome.rollbacks,
@@ -453,6 +457,13 @@ async fn fit_learned_grader(
     orgs.sort();
     orgs.dedup();
     let indexes = super::with_database(database, |pool| async move {
+        let unknown = training_runs::unknown_orgs(&pool, &orgs).await?;
+        if !unknown.is_empty() {
+            anyhow::bail!(
+                "organization(s) {} of --data are not in the database, whose statistics price the model switches the grader scores; ingest their history first",
+                unknown.join(", ")
+            );
+        }
         let mut indexes = Vec::with_capacity(orgs.len());
         for org in &orgs {
             indexes.push(CandidateIndex::load(&pool, org).await?);

@@ -271,6 +271,116 @@ async fn a_nan_loss_rolls_back_with_a_lower_learning_rate_and_the_run_is_recorde
     );
 }
 
+/// `--grader learned`: the fit is kept in the run, a killed run resumes to the same metrics
+/// (which carry the learned and the world's probabilities side by side), a tampered fit is
+/// refused, and eval grades with the run's fit or the world.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_learned_grader_run_keeps_its_fit_resumes_exactly_and_evaluates() {
+    let fixture = fixture().await;
+    let root = tempfile::tempdir().unwrap();
+    let learned = |out: &Path| {
+        let mut cmd = train_command(fixture, out);
+        cmd.args(["--grader", "learned", "--no-record"]);
+        cmd
+    };
+    let out = root.path().join("run");
+    let stdout = run(&mut learned(&out));
+    assert!(
+        stdout.contains("learned grader: fitted on") && stdout.contains("overoptimisation.png"),
+        "{stdout}"
+    );
+    assert!(out.join("grader.json").is_file() && out.join("overoptimisation.png").is_file());
+    let rl: Vec<_> = read_metrics(&out)
+        .unwrap()
+        .into_iter()
+        .filter_map(|line| match line {
+            MetricsLine::Step(step) => step.rl,
+            MetricsLine::Rollback(_) => None,
+        })
+        .collect();
+    assert_eq!(rl.len(), 6);
+    for m in &rl {
+        // Batch means over the samples, malformed ones counting 0: the pessimistic bound under
+        // the mean, and the world's truth beside them (the data comes from a world).
+        let (mean, bound) = (
+            m.learned_probability.unwrap(),
+            m.learned_lower_bound.unwrap(),
+        );
+        assert!(
+            (0.0..=m.format_validity).contains(&mean) && bound <= mean,
+            "{m:?}"
+        );
+        assert!((0.0..=m.format_validity).contains(&m.acceptance_probability.unwrap()));
+    }
+    assert!(
+        rl.iter().any(|m| m.learned_lower_bound.unwrap() > 0.0),
+        "{rl:?}"
+    );
+
+    // The same run from its settings and fit (a second fit would read the database's
+    // statistics again, whose float aggregates Postgres may sum in another order), killed while
+    // checkpointing and resumed: the same metrics, bit for bit.
+    let killed = root.path().join("killed");
+    std::fs::create_dir_all(&killed).unwrap();
+    for file in ["config.json", "grader.json", "run_id"] {
+        std::fs::copy(out.join(file), killed.join(file)).unwrap();
+    }
+    let output = resume_command(fixture, &killed)
+        .env("ARC_REC_TEST_KILL_IN_CHECKPOINT", "8")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.signal(), Some(9), "{output:?}");
+    run(&mut resume_command(fixture, &killed));
+    assert_eq!(timeless(&killed), timeless(&out));
+
+    let stdout = run(arc_rec(&fixture.db.url)
+        .args(["eval", "--run"])
+        .arg(&out)
+        .args([
+            "--n",
+            "2",
+            "--max-prompts",
+            "2",
+            "--device",
+            "cpu",
+            "--json",
+        ]));
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["grader"], "learned", "{report}");
+    let stdout = run(arc_rec(&fixture.db.url)
+        .args(["eval", "--run"])
+        .arg(&out)
+        .args(["--grader", "world", "--n", "2", "--max-prompts", "2"])
+        .args(["--device", "cpu", "--json"]));
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["grader"], "world", "{report}");
+    assert!(report["baselines"].is_object(), "{report}");
+
+    // A fit that is not what the data gives is refused before any model loads.
+    let grader_file = killed.join("grader.json");
+    let mut fit: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&grader_file).unwrap()).unwrap();
+    fit["mean"][0] = serde_json::json!(fit["mean"][0].as_f64().unwrap() + 0.5);
+    std::fs::write(&grader_file, serde_json::to_vec(&fit).unwrap()).unwrap();
+    let output = resume_command(fixture, &killed).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("refitting on the same data"),
+        "{stderr}"
+    );
+    std::fs::remove_file(&grader_file).unwrap();
+    let output = arc_rec(&fixture.db.url)
+        .args(["eval", "--grader", "learned", "--run"])
+        .arg(&killed)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("no grader.json"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_input_is_named() {
     let fixture = fixture().await;
