@@ -20,6 +20,8 @@
 # --minibatches 2;dynamic=--dynamic-sampling"), adds for every seed and reward one more pass@k run
 # per entry, s$SEED-$REWARD-pass-NAME, from the same warm-up with the same seed and FLAGS added
 # to the defaults, evaluated like the others; the table compares each with the defaults' run.
+# "learned=--grader learned" is issue 20's measurement: RL rewarded by a reward model fitted on
+# the logged decisions (it reads the world's database for prices), graded at eval by the world.
 # $OBJECTIVES (default "pass@k mean") picks the main runs' objectives.
 #
 # Resumable: finished runs and evaluations are kept, unfinished ones redone (an evaluation
@@ -104,7 +106,8 @@ evaluate() {
     return 0
   fi
   echo "== eval $dir ($models)"
-  if "$arc_rec" eval --run "$dir" --n "$EVAL_N" --models "$models" --json > "$report.tmp" 2> "${report%.json}.log"; then
+  # Every model is judged by the world's truth, whatever grader its run trained with.
+  if "$arc_rec" eval --run "$dir" --grader world --n "$EVAL_N" --models "$models" --json > "$report.tmp" 2> "${report%.json}.log"; then
     mv "$report.tmp" "$report"
   else
     echo "rft-experiment: eval of $dir failed: $(tail -n 1 "${report%.json}.log")" >&2

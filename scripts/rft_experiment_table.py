@@ -267,11 +267,13 @@ def training_facts(run_dir):
 
 
 def ablation_table(work, seeds, reward, k, names, resamples=RESAMPLES, seed=BOOTSTRAP_SEED):
-    """The ablation's lines: each lever's pass@k run against the defaults' pass@k run."""
+    """The ablation's lines: each lever's pass@k run against the defaults' pass@k run, and each
+    run against its warm-up."""
     defaults = f"pass@{k} RL (defaults)"
     runs = {defaults: f"s{{seed}}-{reward}-pass"}
     runs.update({f"+ {name}": f"s{{seed}}-{reward}-pass-{name}" for name in names})
     rows = {label: {} for label in runs}
+    rows[WARMUP] = collect(work, seeds, reward, k)[WARMUP]
     facts = {label: {} for label in runs}
     for s in seeds:
         for label, pattern in runs.items():
@@ -288,12 +290,12 @@ def ablation_table(work, seeds, reward, k, names, resamples=RESAMPLES, seed=BOOT
     compared = [best, greedy, passk]
     lines = [
         f"Ablation, reward {reward}: each lever added to the defaults, pass@{k} RL, same warm-ups and"
-        " seeds; levels and paired differences (lever − defaults), mean [95% interval]:",
+        " seeds; levels and paired differences (lever − defaults; last, run − its warm-up), mean [95% interval]:",
         "",
         f"| run | seeds | valid | {best} | "
         + " | ".join(f"Δ {f}" for f in compared)
-        + " | finished | rollbacks | minutes (mean) | KL/token at end (mean) |",
-        "|---" * (len(compared) + 8) + "|",
+        + f" | Δ {best} vs warm-up | finished | rollbacks | minutes (mean) | KL/token at end (mean) |",
+        "|---" * (len(compared) + 9) + "|",
     ]
     for label in runs:
         cells, used = [], None
@@ -311,6 +313,14 @@ def ablation_table(work, seeds, reward, k, names, resamples=RESAMPLES, seed=BOOT
             if aligned is None:
                 cells.append("-")
                 continue
+            _, _, (a, b) = aligned
+            cells.append(cell(paired_difference(a, b, **options)))
+        # Against the warm-up it started from: did this run learn at all (e.g. a learned grader's
+        # run, whose defaults-relative figure says only how it compares with the world's)?
+        aligned = grids(rows, [label, WARMUP], best)
+        if aligned is None:
+            cells.append("-")
+        else:
             _, _, (a, b) = aligned
             cells.append(cell(paired_difference(a, b, **options)))
         ran = [facts[label][s] for s in seeds if s in facts[label]]

@@ -199,6 +199,10 @@ def test_the_ablation_table_compares_each_lever_with_the_defaults():
         work = Path(work)
         for seed in (1, 2):
             warm = lambda i, s=seed: 0.40 + 0.01 * (i % 3) + 0.01 * s
+            # The warm-up the runs started from; seed 2's lever run gave up (no comparison there).
+            (work / f"w{seed}.eval.json").write_text(
+                json.dumps(eval_report({"warmup": lambda i, w=warm: w(i) - 0.01}, prompts, baselines(prompts)))
+            )
             for run, shift in (("s{}-sampled-pass", 0.0), ("s{}-sampled-pass-mu", 0.03)):
                 name = run.format(seed)
                 (work / f"{name}.eval.json").write_text(
@@ -222,10 +226,12 @@ def test_the_ablation_table_compares_each_lever_with_the_defaults():
     assert rows["+ mu"].startswith("| + mu | 1,2 | 0.900 [0.900, 0.900] |"), rows["+ mu"]
     assert "| +0.030 [+0.030, +0.030] | +0.030 [+0.030, +0.030] | +0.000 [+0.000, +0.000] |" in rows["+ mu"]
     # Two runs of the lever, one finished (seed 1: no rollback, 2 minutes, KL 0.2 at the end).
-    assert rows["+ mu"].endswith("| 1/2 | 0 | 2.0 | 0.200 |"), rows["+ mu"]
+    assert rows["+ mu"].endswith("| +0.040 [+0.040, +0.040] | 1/2 | 0 | 2.0 | 0.200 |"), rows["+ mu"]
     # The defaults: 2 minutes of steps (seed 1, no run_id) and 3 of wall time (seed 2).
-    assert rows["pass@4 RL (defaults)"].endswith("| - | - | - | 2/2 | 1 | 2.5 | 0.250 |")
-    assert rows["+ none"] == "| + none | none | - | - | - | - | - | - | - | - | - |"
+    assert rows["pass@4 RL (defaults)"].endswith(
+        "| - | - | - | +0.010 [+0.010, +0.010] | 2/2 | 1 | 2.5 | 0.250 |"
+    ), rows["pass@4 RL (defaults)"]
+    assert rows["+ none"] == "| + none | none | - | - | - | - | - | - | - | - | - | - |"
 
 
 def test_spearman_ranks_with_ties_against_a_hand_computed_value():
