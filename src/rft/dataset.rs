@@ -28,11 +28,9 @@ impl LoggedVerdicts {
     }
 }
 
-/// One logged decision: what the platform proposed in a context and whether it was approved.
+/// One logged decision: the diff the platform proposed in a context and whether it was approved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoggedDecision {
-    /// The recommendation type as logged (`None` when the platform logged none).
-    pub kind: Option<String>,
     pub diff: Value,
     pub approved: bool,
 }
@@ -230,7 +228,6 @@ impl RftDataset {
                 prompt.cluster = example.cluster;
             }
             prompt.facts.decisions.push(LoggedDecision {
-                kind: example.recommendation.kind.clone(),
                 diff: example.recommendation.diff.clone(),
                 approved: decision,
             });
@@ -348,19 +345,19 @@ mod tests {
         assert!(first.logged[r#"{"temperature":0.2}"#].accepted());
         assert!(!first.logged[r#"{"temperature":1.5}"#].accepted());
         assert_eq!(first.accepted_completions.len(), 1);
-        // Every decision is kept with its type, and the context's user.
-        let decisions: Vec<(Option<&str>, bool)> = first
+        // Every decision is kept, in file order, and the context's user.
+        let decisions: Vec<(&Value, bool)> = first
             .facts
             .decisions
             .iter()
-            .map(|d| (d.kind.as_deref(), d.approved))
+            .map(|d| (&d.diff, d.approved))
             .collect();
         assert_eq!(
             decisions,
             [
-                (Some("temperature"), true),
-                (Some("temperature"), false),
-                (Some("temperature"), false)
+                (&json!({"temperature": 0.2}), true),
+                (&json!({"temperature": 0.2}), false),
+                (&json!({"temperature": 1.5}), false)
             ]
         );
         assert_eq!(first.facts.user_role.as_deref(), Some("ml_engineer"));

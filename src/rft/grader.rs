@@ -214,9 +214,7 @@ impl Grader {
         });
         let (acceptance_probability, reliability_gain) = truth.unzip();
         let learned = match &self.source {
-            Source::Learned { model, .. } => {
-                model.score(prompt, Some(parsed.kind), &parsed.patch).ok()
-            }
+            Source::Learned { model, .. } => model.score(prompt, &parsed.patch).ok(),
             Source::Logged | Source::World { .. } => None,
         };
         // The probability the verdict's draw and expected reward use.
@@ -432,7 +430,6 @@ mod tests {
                 let mut p = prompt(&truth.config_id, truth.initial_config.clone());
                 p.facts.decisions = (0..6)
                     .map(|i| LoggedDecision {
-                        kind: Some("retry_policy".into()),
                         diff: json!({"retry": {"max_attempts": 3, "backoff_s": 2}}),
                         approved: i % 3 != 0,
                     })
@@ -470,6 +467,9 @@ mod tests {
         assert!(bound < mean && mean > 0.5, "{mean} {bound}");
         assert!((verdict.reward - (2.0 * bound - 1.0 + 0.1)).abs() < 1e-12);
         assert!(verdict.acceptance_probability.is_some() && verdict.reliability_gain.is_some());
+        // The change is judged, not its label: another declared type, one verdict.
+        let relabelled = completion.replace("retry_policy", "balanced");
+        assert_eq!(expected.grade(p, &relabelled, 7), verdict);
 
         let sampled =
             Grader::learned(model.clone(), &prompts, None, WorldReward::Sampled, false).unwrap();

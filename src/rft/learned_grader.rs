@@ -4,16 +4,19 @@
 //! It is serving's own model, reused rather than copied: the bandit crate's Bayesian logistic
 //! regression (Laplace approximation, [`bandit::ModelKind::Logistic`]) over the features serving
 //! ranks with (`recommend::engine::context_for` ⊗ `candidate_vector_for`: failure signals and
-//! cluster, configuration and price tier, role and domain × recommendation type, size and
-//! direction of each change, the cost of the model switched to). So it scores any well-formed
-//! diff, including ones nobody ever proposed, by what similar changes met in similar contexts.
+//! cluster, configuration and price tier, role and domain × whether the model and provider
+//! change, the size and direction of each change, the cost of the model switched to). So it
+//! scores any well-formed diff, including ones nobody ever proposed, by what similar changes met
+//! in similar contexts.
 //!
 //! The reward is pessimistic where the data is thin: the lower confidence bound
 //! σ(μ − κ·s) of the posterior log-odds (μ the mean score, s its posterior standard deviation,
 //! κ = `--learned-lcb-z`), so a diff far from anything logged earns little however its mean
-//! extrapolates. Features a logged diff cannot have are left out of c: the heuristics' expected
-//! reliability delta and evidence (0 here, as for a model idea nobody has measured) and the
-//! model-source flag.
+//! extrapolates. Like every grader it judges the change (the minimal patch), not its label: the
+//! recommendation-type one-hot is left out of c, so two completions with one canonical answer
+//! always get one verdict (the objectives rely on it), whatever type each declares. So are
+//! features a logged diff cannot have: the heuristics' expected reliability delta and evidence
+//! (0 here, as for a model idea nobody has measured) and the model-source flag.
 //!
 //! A run keeps the fit in `grader.json` ([`LearnedGraderFile`]): the data file's SHA-256, the
 //! organizations' candidate indexes it priced switches with, κ and the fitted coefficients.
@@ -159,7 +162,6 @@ impl LearnedGrader {
                 })?;
             let z = context_of(prompt, index);
             for (i, decision) in prompt.facts.decisions.iter().enumerate() {
-                let kind = decision.kind.as_deref().and_then(RecommendationType::parse);
                 let patch = minimal_patch(&prompt.current_config, &decision.diff);
                 // File order breaks no ties: `rebuild` orders by (timestamp, id), and the
                 // timestamp is the decision's position in the data.
@@ -167,7 +169,7 @@ impl LearnedGrader {
                     format!("{}#{i}", prompt.id),
                     observations.len() as f64,
                     z.clone(),
-                    candidate_of(prompt, index, kind, &patch),
+                    candidate_of(prompt, index, &patch),
                     decision.approved,
                 ));
             }
@@ -241,9 +243,8 @@ impl LearnedGrader {
         let mut scored: Vec<(f64, bool)> = Vec::new();
         for prompt in prompts {
             for decision in &prompt.facts.decisions {
-                let kind = decision.kind.as_deref().and_then(RecommendationType::parse);
                 let patch = minimal_patch(&prompt.current_config, &decision.diff);
-                if let Ok(score) = self.score(prompt, kind, &patch) {
+                if let Ok(score) = self.score(prompt, &patch) {
                     scored.push((score.probability, decision.approved));
                 }
             }
@@ -267,12 +268,11 @@ impl LearnedGrader {
         }
     }
 
-    /// The grader's view of the recommendation of type `kind` whose minimal patch over the
-    /// prompt's configuration is `patch`.
+    /// The grader's view of the recommendation whose minimal patch over the prompt's
+    /// configuration is `patch`.
     pub fn score(
         &self,
         prompt: &RftPrompt,
-        kind: Option<RecommendationType>,
         patch: &Value,
     ) -> Result<LearnedScore, LearnedGraderError> {
         let index =
@@ -282,7 +282,7 @@ impl LearnedGrader {
                     org: prompt.org.clone(),
                 })?;
         let z = context_of(prompt, index);
-        let c = candidate_of(prompt, index, kind, patch);
+        let c = candidate_of(prompt, index, patch);
         let mean = self.policy.mean_score(&z, &c)?;
         let sd = self.policy.posterior_sd(&z, &c)?;
         Ok(LearnedScore {
@@ -325,18 +325,14 @@ fn context_of(prompt: &RftPrompt, index: &CandidateIndex) -> Vec<f64> {
     )
 }
 
-/// The candidate vector c of a diff as the grader sees it: a heuristic-sourced candidate with
-/// no measured expectation, its cost delta priced by the organization's index.
-fn candidate_of(
-    prompt: &RftPrompt,
-    index: &CandidateIndex,
-    kind: Option<RecommendationType>,
-    patch: &Value,
-) -> Vec<f64> {
+/// The candidate vector c of a diff as the grader sees it: what it changes, priced by the
+/// organization's index, with no type and no measured expectation.
+fn candidate_of(prompt: &RftPrompt, index: &CandidateIndex, patch: &Value) -> Vec<f64> {
     let mut c = candidate_vector_for(
         &Candidate {
             candidate_id: String::new(),
-            recommendation_type: kind.unwrap_or(RecommendationType::Balanced),
+            // Any type: its one-hot is cleared below.
+            recommendation_type: RecommendationType::Balanced,
             diff: patch.clone(),
             description: String::new(),
             expected_reliability_delta: 0.0,
@@ -346,10 +342,7 @@ fn candidate_of(
         },
         &prompt.current_config,
     );
-    if kind.is_none() {
-        // No logged type: no type feature, rather than a guessed one.
-        c[..RecommendationType::ALL.len()].fill(0.0);
-    }
+    c[..RecommendationType::ALL.len()].fill(0.0);
     c
 }
 
@@ -417,16 +410,12 @@ mod tests {
     fn prompt(n: usize) -> RftPrompt {
         let decisions = (0..10)
             .map(|i| {
-                let (kind, diff, approved) = if i % 2 == 0 {
-                    ("timeout_adjustment", json!({"timeout_s": 120}), i % 10 != 0)
+                let (diff, approved) = if i % 2 == 0 {
+                    (json!({"timeout_s": 120}), i % 10 != 0)
                 } else {
-                    ("temperature", json!({"temperature": 0.2}), i % 10 == 1)
+                    (json!({"temperature": 0.2}), i % 10 == 1)
                 };
-                LoggedDecision {
-                    kind: Some(kind.to_owned()),
-                    diff,
-                    approved,
-                }
+                LoggedDecision { diff, approved }
             })
             .collect();
         RftPrompt {
@@ -469,21 +458,15 @@ mod tests {
         let grader = fitted(&prompts);
         assert_eq!(grader.observations(), 300);
         let fresh = prompt(99);
-        let score = |kind, patch: Value| grader.score(&fresh, Some(kind), &patch).unwrap();
-        let timeout = score(
-            RecommendationType::TimeoutAdjustment,
-            json!({"timeout_s": 120}),
-        );
-        let cooler = score(RecommendationType::Temperature, json!({"temperature": 0.2}));
+        let score = |patch: Value| grader.score(&fresh, &patch).unwrap();
+        let timeout = score(json!({"timeout_s": 120}));
+        let cooler = score(json!({"temperature": 0.2}));
         // The logged rates are 0.8 and 0.2; the prior pulls both a little towards 0.5.
         assert!((0.6..0.85).contains(&timeout.probability), "{timeout:?}");
         assert!((0.15..0.4).contains(&cooler.probability), "{cooler:?}");
         // Never proposed here: a model switch; its log-odds are far less certain, so its lower
         // bound sits well below its mean.
-        let switch = score(
-            RecommendationType::ModelSwitch,
-            json!({"model": "anthropic/claude-3-haiku"}),
-        );
+        let switch = score(json!({"model": "anthropic/claude-3-haiku"}));
         assert!(
             switch.log_odds_sd > 2.0 * timeout.log_odds_sd,
             "{switch:?} vs {timeout:?}"
@@ -502,11 +485,7 @@ mod tests {
             "sha".into(),
         )
         .unwrap()
-        .score(
-            &fresh,
-            Some(RecommendationType::TimeoutAdjustment),
-            &json!({"timeout_s": 120}),
-        )
+        .score(&fresh, &json!({"timeout_s": 120}))
         .unwrap();
         assert_eq!(plain.lower_bound, plain.probability);
     }
