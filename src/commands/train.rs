@@ -3,6 +3,7 @@
 //! run directory that `--resume` continues exactly after a crash. Records the run in
 //! `training_runs` / `model_versions` unless `--no-record`.
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
@@ -15,8 +16,9 @@ use objectives::Objective;
 
 use super::DatabaseArgs;
 use crate::candidates::CandidateIndex;
+use crate::clustering::ClusterModel;
 use crate::export::Split;
-use crate::rft::learned_grader::data_sha256;
+use crate::rft::learned_grader::{data_sha256, place_prompts};
 use crate::rft::{GraderKind, LearnedGrader, RftDataset, WorldReward};
 use crate::storage::training_runs::{self, RunStatus};
 use crate::training::run_dir::LEARNED_GRADER_FILE;
@@ -465,18 +467,28 @@ async fn fit_learned_grader(
             );
         }
         let mut indexes = Vec::with_capacity(orgs.len());
+        let mut models = BTreeMap::new();
         for org in &orgs {
             indexes.push(CandidateIndex::load(&pool, org).await?);
+            if let Some(stored) = crate::storage::clusters::load_model(&pool, org).await? {
+                let model = ClusterModel::from_stored(stored)
+                    .with_context(|| format!("the clustering model of {org}"))?;
+                models.insert(org.clone(), model);
+            }
         }
-        Ok(indexes)
+        Ok((indexes, models))
     })
     .await
-    .context("--grader learned: cannot read the organizations' candidate indexes")?;
+    .context("--grader learned: cannot read the organizations' statistics and clustering models")?;
+    let (indexes, models) = indexes;
+    let placements = place_prompts(&dataset.prompts, &models);
     let sha = data_sha256(&settings.data)
         .with_context(|| format!("--data {}", settings.data.display()))?;
+    let placed = placements.len();
     let grader = LearnedGrader::fit(
         dataset.split(Split::Train),
         indexes,
+        placements,
         settings.learned_lcb_z,
         sha,
     )?;
@@ -485,9 +497,10 @@ async fn fit_learned_grader(
         None => String::new(),
     };
     println!(
-        "learned grader: fitted on {} logged decisions of the train split (κ = {}){held_out}",
+        "learned grader: fitted on {} logged decisions of the train split (κ = {}; {placed} of {} contexts placed by a clustering model){held_out}",
         grader.observations(),
-        settings.learned_lcb_z
+        settings.learned_lcb_z,
+        dataset.prompts.len()
     );
     Ok(grader)
 }

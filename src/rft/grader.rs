@@ -441,6 +441,7 @@ mod tests {
             LearnedGrader::fit(
                 &prompts,
                 vec![CandidateIndex::empty("acme")],
+                BTreeMap::new(),
                 1.0,
                 "sha".into(),
             )

@@ -34,6 +34,7 @@ use sha2::{Digest, Sha256};
 use super::completion::minimal_patch;
 use super::dataset::RftPrompt;
 use crate::candidates::{CandidateIndex, CandidateRequest, FailureObservation};
+use crate::clustering::{ClusterModel, FailureText};
 use crate::domain::{Candidate, CandidateSource, RecommendationType};
 use crate::recommend::engine::{candidate_vector_for, context_for};
 use crate::recommend::features::layout;
@@ -98,8 +99,62 @@ pub struct LearnedGraderFile {
     /// database (model prices and statistics for the cost of a model switch and the context's
     /// price tier).
     pub indexes: Vec<CandidateIndex>,
+    /// Prompt id → where the organization's clustering model placed its failures (prompts of
+    /// organizations without one are absent), for the context's cluster and embedding.
+    pub placements: BTreeMap<String, PromptPlacement>,
     /// The posterior mean of the coefficients, d = |z|·|c|.
     pub mean: Vec<f64>,
+}
+
+/// Where an organization's clustering model places a prompt's failures, as serving places a
+/// request's: the cluster's label (read like one more failure) and the reduced embedding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptPlacement {
+    pub cluster: String,
+    pub reduced: Vec<f64>,
+}
+
+/// Places every prompt whose organization has a clustering model in `models` (by organization)
+/// and that has failures.
+pub fn place_prompts<'a>(
+    prompts: impl IntoIterator<Item = &'a RftPrompt>,
+    models: &BTreeMap<String, ClusterModel>,
+) -> BTreeMap<String, PromptPlacement> {
+    let mut placements = BTreeMap::new();
+    for prompt in prompts {
+        let Some(model) = models.get(&prompt.org) else {
+            continue;
+        };
+        let texts: Vec<FailureText> = prompt
+            .facts
+            .failures
+            .iter()
+            .flat_map(|group| {
+                let text = FailureText {
+                    failure_category: group.failure_category.clone(),
+                    error_message: group.example.clone(),
+                    tool_name: None,
+                    error_type: None,
+                };
+                std::iter::repeat_n(text, failures_read(group.count))
+            })
+            .collect();
+        if let Ok(assignment) = model.assign_texts(&texts) {
+            placements.insert(
+                prompt.id.clone(),
+                PromptPlacement {
+                    cluster: assignment.label,
+                    reduced: assignment.reduced,
+                },
+            );
+        }
+    }
+    placements
+}
+
+/// How many of a failure group's failures a context reads.
+fn failures_read(count: i64) -> usize {
+    count.clamp(0, MAX_FAILURES_PER_GROUP) as usize
 }
 
 /// A learned grader's view of one diff in one context.
@@ -118,6 +173,7 @@ pub struct LearnedScore {
 pub struct LearnedGrader {
     policy: ThompsonPolicy,
     indexes: BTreeMap<String, CandidateIndex>,
+    placements: BTreeMap<String, PromptPlacement>,
     lcb_z: f64,
     data_sha256: String,
     observations: usize,
@@ -138,11 +194,13 @@ fn grader_policy_config() -> PolicyConfig {
 
 impl LearnedGrader {
     /// Fits the grader on every logged decision of `prompts` (the run's train split), each
-    /// organization's switches priced by its index in `indexes`. `data_sha256` names the data
-    /// file (see [`data_sha256`]).
+    /// organization's switches priced by its index in `indexes`, each context placed as
+    /// `placements` says (see [`place_prompts`]; every prompt it will score, held-out ones too).
+    /// `data_sha256` names the data file (see [`data_sha256`]).
     pub fn fit<'a>(
         prompts: impl IntoIterator<Item = &'a RftPrompt>,
         indexes: Vec<CandidateIndex>,
+        placements: BTreeMap<String, PromptPlacement>,
         lcb_z: f64,
         data_sha256: String,
     ) -> Result<Self, LearnedGraderError> {
@@ -160,7 +218,7 @@ impl LearnedGrader {
                 .ok_or_else(|| LearnedGraderError::UnknownOrg {
                     org: prompt.org.clone(),
                 })?;
-            let z = context_of(prompt, index);
+            let z = context_of(prompt, index, placements.get(&prompt.id));
             for (i, decision) in prompt.facts.decisions.iter().enumerate() {
                 let patch = minimal_patch(&prompt.current_config, &decision.diff);
                 // File order breaks no ties: `rebuild` orders by (timestamp, id), and the
@@ -182,6 +240,7 @@ impl LearnedGrader {
         Ok(Self {
             policy,
             indexes,
+            placements,
             lcb_z,
             data_sha256,
             observations: observations.len(),
@@ -208,7 +267,13 @@ impl LearnedGrader {
                 found: data_sha256,
             });
         }
-        let grader = Self::fit(prompts, file.indexes, file.lcb_z, data_sha256)?;
+        let grader = Self::fit(
+            prompts,
+            file.indexes,
+            file.placements,
+            file.lcb_z,
+            data_sha256,
+        )?;
         let difference = max_relative_difference(grader.policy.mean(), &file.mean);
         if difference > REFIT_TOLERANCE {
             return Err(LearnedGraderError::Refit { difference });
@@ -224,6 +289,7 @@ impl LearnedGrader {
             lcb_z: self.lcb_z,
             observations: self.observations,
             indexes: self.indexes.values().cloned().collect(),
+            placements: self.placements.clone(),
             mean: self.policy.mean().to_vec(),
         }
     }
@@ -281,7 +347,7 @@ impl LearnedGrader {
                 .ok_or_else(|| LearnedGraderError::UnknownOrg {
                     org: prompt.org.clone(),
                 })?;
-        let z = context_of(prompt, index);
+        let z = context_of(prompt, index, self.placements.get(&prompt.id));
         let c = candidate_of(prompt, index, patch);
         let mean = self.policy.mean_score(&z, &c)?;
         let sd = self.policy.posterior_sd(&z, &c)?;
@@ -293,9 +359,14 @@ impl LearnedGrader {
     }
 }
 
-/// The context vector z of a prompt, as serving would build it for the same failures, cluster
-/// and user (no reduced embedding: an export carries the cluster's id, not its embedding).
-fn context_of(prompt: &RftPrompt, index: &CandidateIndex) -> Vec<f64> {
+/// The context vector z of a prompt, as serving builds it for the same failures and user: with
+/// the cluster label and reduced embedding where the organization's clustering model placed it,
+/// without either where it has none.
+fn context_of(
+    prompt: &RftPrompt,
+    index: &CandidateIndex,
+    placement: Option<&PromptPlacement>,
+) -> Vec<f64> {
     let failures = prompt
         .facts
         .failures
@@ -307,19 +378,18 @@ fn context_of(prompt: &RftPrompt, index: &CandidateIndex) -> Vec<f64> {
                 tool_name: None,
                 error_code: None,
             };
-            let count = group.count.clamp(0, MAX_FAILURES_PER_GROUP) as usize;
-            std::iter::repeat_n(observation, count)
+            std::iter::repeat_n(observation, failures_read(group.count))
         })
         .collect();
     let request = CandidateRequest {
         failures,
-        cluster_key: prompt.cluster.clone(),
+        cluster_key: placement.map(|p| p.cluster.clone()),
         ..CandidateRequest::new(prompt.current_config.clone())
     };
     context_for(
         index,
         &request,
-        None,
+        placement.map(|p| p.reduced.as_slice()),
         prompt.facts.user_role.as_deref(),
         prompt.facts.domain.as_deref(),
     )
@@ -446,6 +516,7 @@ mod tests {
         LearnedGrader::fit(
             prompts,
             vec![CandidateIndex::empty("acme")],
+            BTreeMap::new(),
             1.0,
             "sha".into(),
         )
@@ -481,6 +552,7 @@ mod tests {
         let plain = LearnedGrader::fit(
             &prompts,
             vec![CandidateIndex::empty("acme")],
+            BTreeMap::new(),
             0.0,
             "sha".into(),
         )
@@ -531,13 +603,79 @@ mod tests {
     }
 
     #[test]
+    fn prompts_are_placed_by_their_organization_s_clustering_model_as_serving_places_requests() {
+        use crate::clustering::{ClusterOptions, PatternInput, Previous, fit_org};
+
+        let patterns: Vec<PatternInput> = (0..40)
+            .map(|i| PatternInput {
+                pattern_id: format!("p{i}"),
+                failure_type: "execution_error".into(),
+                failure_category: if i % 2 == 0 { "timeout" } else { "model_error" }.into(),
+                error_message: if i % 2 == 0 {
+                    format!("Agent stopped due to iteration limit or time limit after {i} s.")
+                } else {
+                    format!("Error code: 429 - rate limit exceeded (retry after {i}s)")
+                },
+                ..PatternInput::default()
+            })
+            .collect();
+        let options = ClusterOptions {
+            dims: 4,
+            ..ClusterOptions::default()
+        };
+        let model = fit_org("acme", &patterns, &Previous::default(), &options)
+            .unwrap()
+            .model;
+        let timeouts = prompt(1);
+        let mut limits = prompt(2);
+        limits.facts.failures[0].failure_category = "model_error".into();
+        limits.facts.failures[0].example = "Error code: 429 - rate limit exceeded".into();
+        let mut calm = prompt(3);
+        calm.facts.failures.clear();
+        let mut stranger = prompt(4);
+        stranger.org = "globex".into();
+        let models = BTreeMap::from([("acme".to_owned(), model)]);
+        let placements = place_prompts([&timeouts, &limits, &calm, &stranger], &models);
+        assert_eq!(
+            placements.keys().collect::<Vec<_>>(),
+            ["acme/c1/1", "acme/c2/1"],
+            "no failures, or no model: not placed"
+        );
+        let (a, b) = (&placements["acme/c1/1"], &placements["acme/c2/1"]);
+        assert_ne!(a.cluster, b.cluster);
+        assert_eq!(a.reduced.len(), 4);
+
+        // The placement enters the context: the same decisions, another fit.
+        let prompts: Vec<RftPrompt> = (0..5).map(prompt).collect();
+        let placed = place_prompts(&prompts, &models);
+        assert_eq!(placed.len(), 5);
+        let with = LearnedGrader::fit(
+            &prompts,
+            vec![CandidateIndex::empty("acme")],
+            placed,
+            1.0,
+            "sha".into(),
+        )
+        .unwrap();
+        let without = fitted(&prompts);
+        let patch = json!({"timeout_s": 120});
+        assert_ne!(
+            with.score(&prompts[0], &patch).unwrap(),
+            without.score(&prompts[0], &patch).unwrap()
+        );
+        assert_eq!(with.to_file().placements.len(), 5);
+    }
+
+    #[test]
     fn bad_fits_are_named() {
         let prompts = vec![prompt(1)];
-        let err = LearnedGrader::fit(&prompts, vec![], 1.0, "sha".into()).unwrap_err();
+        let err =
+            LearnedGrader::fit(&prompts, vec![], BTreeMap::new(), 1.0, "sha".into()).unwrap_err();
         assert!(err.to_string().contains("organization \"acme\""), "{err}");
         let err = LearnedGrader::fit(
             &prompts,
             vec![CandidateIndex::empty("acme")],
+            BTreeMap::new(),
             f64::NAN,
             "sha".into(),
         )
@@ -548,6 +686,7 @@ mod tests {
         let err = LearnedGrader::fit(
             [&silent],
             vec![CandidateIndex::empty("acme")],
+            BTreeMap::new(),
             1.0,
             "sha".into(),
         )
