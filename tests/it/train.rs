@@ -80,6 +80,22 @@ fn resume_command(fixture: &Fixture, out: &Path) -> assert_cmd::Command {
     cmd
 }
 
+/// Runs `first` (a run into `dir`) until the SIGKILL while it writes step `step`'s checkpoint,
+/// then resumes the run to its end.
+fn kill_in_checkpoint_then_resume(
+    fixture: &Fixture,
+    mut first: assert_cmd::Command,
+    dir: &Path,
+    step: u64,
+) {
+    let output = first
+        .env("ARC_REC_TEST_KILL_IN_CHECKPOINT", step.to_string())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.signal(), Some(9), "{output:?}");
+    run(&mut resume_command(fixture, dir));
+}
+
 fn timeless(root: &Path) -> Vec<MetricsLine> {
     read_metrics(root)
         .unwrap()
@@ -234,14 +250,11 @@ async fn a_nan_loss_rolls_back_with_a_lower_learning_rate_and_the_run_is_recorde
     // A rollback, then a SIGKILL while checkpointing the step after it: the resumed run continues
     // with the rollback's salt, learning rate and β, exactly as the uninterrupted run did.
     let killed = root.path().join("rollback-then-kill");
-    let output = train_command(fixture, &killed)
+    let mut first = train_command(fixture, &killed);
+    first
         .arg("--no-record")
-        .env("ARC_REC_TEST_NAN_LOSS_AT", "7")
-        .env("ARC_REC_TEST_KILL_IN_CHECKPOINT", "8")
-        .output()
-        .unwrap();
-    assert_eq!(output.status.signal(), Some(9), "{output:?}");
-    run(&mut resume_command(fixture, &killed));
+        .env("ARC_REC_TEST_NAN_LOSS_AT", "7");
+    kill_in_checkpoint_then_resume(fixture, first, &killed, 8);
     assert_eq!(timeless(&killed), timeless(&out));
 
     let run_id = std::fs::read_to_string(out.join("run_id")).unwrap();
@@ -325,12 +338,7 @@ async fn a_learned_grader_run_keeps_its_fit_resumes_exactly_and_evaluates() {
     for file in ["config.json", "grader.json", "run_id"] {
         std::fs::copy(out.join(file), killed.join(file)).unwrap();
     }
-    let output = resume_command(fixture, &killed)
-        .env("ARC_REC_TEST_KILL_IN_CHECKPOINT", "8")
-        .output()
-        .unwrap();
-    assert_eq!(output.status.signal(), Some(9), "{output:?}");
-    run(&mut resume_command(fixture, &killed));
+    kill_in_checkpoint_then_resume(fixture, resume_command(fixture, &killed), &killed, 8);
     assert_eq!(timeless(&killed), timeless(&out));
 
     let stdout = run(arc_rec(&fixture.db.url)
