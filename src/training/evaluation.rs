@@ -220,6 +220,10 @@ pub struct PromptFigures {
     pub greedy_accepted: bool,
     /// World grader: the greedy completion's true acceptance probability (0 when malformed).
     pub greedy_acceptance_probability: Option<f64>,
+    /// The greedy completion's canonical answer (its minimal patch), when well formed: what the
+    /// model would recommend here (absent from reports written before it existed).
+    #[serde(default)]
+    pub greedy_answer: Option<String>,
 }
 
 /// How much of the gap from the model RL started from to the menu oracle a model closes:
@@ -315,6 +319,7 @@ pub fn evaluate(
                 greedy_format_valid: false,
                 greedy_accepted: false,
                 greedy_acceptance_probability: world.then_some(0.0),
+                greedy_answer: None,
             };
             for k in 1..=n {
                 let pass = estimate::pass_at_k(n, correct, k)?;
@@ -353,6 +358,7 @@ pub fn evaluate(
                 figures.greedy_format_valid = verdict.format_valid;
                 figures.greedy_accepted = verdict.accepted;
                 figures.greedy_acceptance_probability = world.then_some(probability);
+                figures.greedy_answer.clone_from(&verdict.answer);
             }
             per_prompt.push(figures);
         }

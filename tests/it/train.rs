@@ -363,6 +363,16 @@ async fn a_learned_grader_run_keeps_its_fit_resumes_exactly_and_evaluates() {
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["grader"], "world", "{report}");
     assert!(report["baselines"].is_object(), "{report}");
+    // Each prompt names its greedy answer when the greedy completion is well formed.
+    for model in report["models"].as_array().unwrap() {
+        for prompt in model["per_prompt"].as_array().unwrap() {
+            assert_eq!(
+                prompt["greedy_answer"].is_string(),
+                prompt["greedy_format_valid"].as_bool().unwrap(),
+                "{prompt}"
+            );
+        }
+    }
 
     // A fit that is not what the data gives is refused before any model loads.
     let grader_file = killed.join("grader.json");
