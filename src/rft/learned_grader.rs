@@ -33,7 +33,7 @@ use sha2::{Digest, Sha256};
 
 use super::completion::minimal_patch;
 use super::dataset::RftPrompt;
-use crate::candidates::{CandidateIndex, CandidateRequest, FailureObservation};
+use crate::candidates::{CandidateIndex, CandidateRequest, ConfigView, FailureObservation};
 use crate::clustering::{ClusterModel, FailureText};
 use crate::domain::{Candidate, CandidateSource, RecommendationType};
 use crate::recommend::engine::{candidate_vector_for, context_for};
@@ -162,7 +162,8 @@ fn failures_read(count: i64) -> usize {
 pub struct LearnedScore {
     /// σ(μ): the posterior mean's acceptance probability.
     pub probability: f64,
-    /// σ(μ − κ·s): the pessimistic probability the reward is made of.
+    /// σ(μ − κ·s): the pessimistic probability the reward is made of; 0 for a switch to a model
+    /// the organization has never run (out of the data's support).
     pub lower_bound: f64,
     /// s, the posterior standard deviation of the log-odds.
     pub log_odds_sd: f64,
@@ -351,12 +352,32 @@ impl LearnedGrader {
         let c = candidate_of(prompt, index, patch);
         let mean = self.policy.mean_score(&z, &c)?;
         let sd = self.policy.posterior_sd(&z, &c)?;
+        let lower_bound = if switches_to_an_unknown_model(index, &prompt.current_config, patch) {
+            0.0
+        } else {
+            sigmoid(mean - self.lcb_z * sd)
+        };
         Ok(LearnedScore {
             probability: sigmoid(mean),
-            lower_bound: sigmoid(mean - self.lcb_z * sd),
+            lower_bound,
             log_odds_sd: sd,
         })
     }
+}
+
+/// Whether `patch` switches to a model the organization has never run. Such a switch is out of
+/// the data's support whatever its features say: nothing prices it (its cost delta reads 0, a
+/// free upgrade) and nothing shows the model exists; the first learned-grader runs on world 1
+/// learned to write made-up model names for exactly that. The heuristics likewise only propose
+/// models from the organization's history. Its lower bound, and so its reward, is the floor.
+fn switches_to_an_unknown_model(
+    index: &CandidateIndex,
+    current_config: &Value,
+    patch: &Value,
+) -> bool {
+    let before = ConfigView::of(current_config);
+    let after = ConfigView::patched(current_config, patch);
+    before.model != after.model && index.model(after.model).is_none()
 }
 
 /// The context vector z of a prompt, as serving builds it for the same failures and user: with
@@ -542,11 +563,44 @@ mod tests {
             switch.log_odds_sd > 2.0 * timeout.log_odds_sd,
             "{switch:?} vs {timeout:?}"
         );
-        for s in [timeout, cooler, switch] {
+        for s in [timeout, cooler] {
             assert!(s.lower_bound < s.probability, "{s:?}");
         }
+        // The organization never ran that model (the index is empty): out of support, no credit.
+        assert_eq!(switch.lower_bound, 0.0);
+        assert!(switch.probability > 0.0);
+        // Fitted where the organization has run it (and priced it: 0.4 of the current model's
+        // price), the same switch keeps its lower bound.
+        let model = |name: &str, usd_per_1k_tokens| crate::storage::candidate_stats::ModelRow {
+            model: name.to_owned(),
+            runs: 40,
+            simulations: 10,
+            mean_reliability: Some(0.8),
+            mean_cost_usd: Some(0.01),
+            usd_per_1k_tokens: Some(usd_per_1k_tokens),
+            success_reliability: None,
+            failure_reliability: None,
+        };
+        let rows = crate::storage::candidate_stats::StatsRows {
+            models: vec![
+                model("anthropic/claude-3-haiku", 0.4),
+                model("openai/gpt-4.1", 1.0),
+            ],
+            ..Default::default()
+        };
+        let known = LearnedGrader::fit(
+            &prompts,
+            vec![CandidateIndex::from_rows("acme", &rows)],
+            BTreeMap::new(),
+            1.0,
+            "sha".into(),
+        )
+        .unwrap()
+        .score(&fresh, &json!({"model": "anthropic/claude-3-haiku"}))
+        .unwrap();
         assert!(
-            switch.probability - switch.lower_bound > timeout.probability - timeout.lower_bound
+            known.lower_bound > 0.0 && known.lower_bound < known.probability,
+            "{known:?}"
         );
         // κ = 0: the bound is the mean.
         let plain = LearnedGrader::fit(
