@@ -22,9 +22,7 @@ use crate::training::evaluation::{
     load_run_model, run_models,
 };
 use crate::training::rollout::tokenize_prompts;
-use crate::training::run_dir::{
-    read_learned_grader, read_run_data, read_settings, write_atomically,
-};
+use crate::training::run_dir::{read_run_data, read_settings, run_grader, write_atomically};
 use crate::training::{Constrained, DeviceChoice};
 
 /// Where `eval` writes its figures inside the run directory.
@@ -121,13 +119,14 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         held_out.truncate(max);
     }
     let grader_kind = args.grader.unwrap_or(settings.grader);
-    let learned = match grader_kind {
-        GraderKind::Learned => Some(read_learned_grader(
-            &args.run, "--run", &settings, &dataset,
-        )?),
-        GraderKind::Logged | GraderKind::World => None,
-    };
-    let grader = settings.grader(grader_kind, held_out.iter().copied(), learned)?;
+    let grader = run_grader(
+        &args.run,
+        "--run",
+        &settings,
+        &dataset,
+        grader_kind,
+        held_out.iter().copied(),
+    )?;
     // Before any model loads, so a world that does not match the data fails fast; judged with
     // the grader's own world truths.
     let baselines = grader

@@ -322,9 +322,7 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
     let orgs = if args.no_record {
         Vec::new()
     } else {
-        let mut orgs: Vec<String> = dataset.prompts.iter().map(|p| p.org.clone()).collect();
-        orgs.sort();
-        orgs.dedup();
+        let orgs = dataset.organizations();
         let (run_id, config) = (run_id.clone(), config.clone());
         super::with_database(database, |pool| async move {
             let unknown = training_runs::unknown_orgs(&pool, &orgs).await?;
@@ -455,9 +453,7 @@ async fn fit_learned_grader(
     dataset: &RftDataset,
     database: &DatabaseArgs,
 ) -> anyhow::Result<LearnedGrader> {
-    let mut orgs: Vec<String> = dataset.prompts.iter().map(|p| p.org.clone()).collect();
-    orgs.sort();
-    orgs.dedup();
+    let orgs = dataset.organizations();
     let indexes = super::with_database(database, |pool| async move {
         let unknown = training_runs::unknown_orgs(&pool, &orgs).await?;
         if !unknown.is_empty() {

@@ -258,6 +258,13 @@ impl RftDataset {
     pub fn split(&self, split: Split) -> Vec<&RftPrompt> {
         self.prompts.iter().filter(|p| p.split == split).collect()
     }
+
+    /// The organizations its prompts belong to, sorted, each once.
+    pub fn organizations(&self) -> Vec<String> {
+        let orgs: std::collections::BTreeSet<&str> =
+            self.prompts.iter().map(|p| p.org.as_str()).collect();
+        orgs.into_iter().map(str::to_owned).collect()
+    }
 }
 
 /// A string field of an export's `user_context` object.

@@ -84,9 +84,10 @@ pub struct Verdict {
     pub answer: Option<String>,
     /// Whether the recommendation counts as accepted.
     pub accepted: bool,
-    /// World only: the true probability that the owner accepts it.
+    /// Data from a world (the world grader, or its truth beside a learned grader): the true
+    /// probability that the owner accepts it.
     pub acceptance_probability: Option<f64>,
-    /// World only: the true change in expected reliability if applied.
+    /// Data from a world: the true change in expected reliability if applied.
     pub reliability_gain: Option<f64>,
     /// Learned only: the reward model's posterior-mean acceptance probability σ(μ).
     pub learned_probability: Option<f64>,

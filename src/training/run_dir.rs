@@ -29,7 +29,7 @@ use super::metrics::MetricsLine;
 use super::settings::TrainSettings;
 use crate::export::Split;
 use crate::rft::learned_grader::data_sha256;
-use crate::rft::{LearnedGrader, LearnedGraderFile, RftDataset};
+use crate::rft::{Grader, GraderKind, LearnedGrader, LearnedGraderFile, RftDataset, RftPrompt};
 
 pub const CONFIG_FILE: &str = "config.json";
 pub const METRICS_FILE: &str = "metrics.jsonl";
@@ -434,6 +434,23 @@ pub fn read_run_data(root: &Path, settings: &TrainSettings) -> anyhow::Result<Rf
             settings.data.display()
         )
     })
+}
+
+/// The `kind` grader of the run in `root` for `prompts`: for `--grader learned` the run's fit
+/// ([`read_learned_grader`]); errors name the run as `flag`'s.
+pub fn run_grader<'a>(
+    root: &Path,
+    flag: &str,
+    settings: &TrainSettings,
+    dataset: &RftDataset,
+    kind: GraderKind,
+    prompts: impl IntoIterator<Item = &'a RftPrompt> + Clone,
+) -> anyhow::Result<Grader> {
+    let learned = match kind {
+        GraderKind::Learned => Some(read_learned_grader(root, flag, settings, dataset)?),
+        GraderKind::Logged | GraderKind::World => None,
+    };
+    Ok(settings.grader(kind, prompts, learned)?)
 }
 
 /// The learned grader of the run in `root`, refitted on its data and checked against

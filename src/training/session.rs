@@ -29,14 +29,14 @@ use super::rollout::{
     PromptTokens, RlRolloutContext, collect_rl_batch, recommendation_grammar, tokenize_prompts,
 };
 use super::run_dir::{
-    Checkpoint, CheckpointState, FINAL_ADAPTER_DIR, RunDir, WARMUP_MODEL_DIR, read_learned_grader,
+    Checkpoint, CheckpointState, FINAL_ADAPTER_DIR, RunDir, WARMUP_MODEL_DIR, run_grader,
 };
 use super::seeds::{EpochOrder, StepSeeds, Stream, derive_seed, salted_seed};
 use super::settings::TrainSettings;
 use super::update::{policy_update, score_batch};
 use super::warmup::{SftExample, sft_examples, warmup_step};
 use crate::export::Split;
-use crate::rft::{GraderKind, RftDataset, RftPrompt};
+use crate::rft::{RftDataset, RftPrompt};
 
 /// Fault injection for the crash and rollback tests (set from hidden environment variables by
 /// the command; never in normal use).
@@ -101,11 +101,14 @@ pub fn train(
     run.keep_calm_checkpoints(settings.max_kl);
     let runtime = Runtime::select(settings.device.request())?;
     let train_prompts = train_split(dataset, &settings.data)?;
-    let learned = match settings.grader {
-        GraderKind::Learned => Some(read_learned_grader(run.root(), "--out", settings, dataset)?),
-        GraderKind::Logged | GraderKind::World => None,
-    };
-    let grader = settings.grader(settings.grader, train_prompts.iter().copied(), learned)?;
+    let grader = run_grader(
+        run.root(),
+        "--out",
+        settings,
+        dataset,
+        settings.grader,
+        train_prompts.iter().copied(),
+    )?;
     let start_step = start.as_ref().map_or(0, |(_, state)| state.step);
     let mut learner = Learner::open(settings, runtime, phase_of(settings, start_step), &run)?;
     let prompts = tokenize_prompts(&learner.policy, dataset, &train_prompts)?;
