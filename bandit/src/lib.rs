@@ -65,5 +65,5 @@ pub use error::{BanditError, MAX_ABS_VALUE, Result};
 pub use features::{FeatureLayout, GROUP_NAMES, MAX_DIM};
 pub use model::{ModelKind, Observation};
 pub use ope::{BootstrapConfig, ConfidenceInterval, Estimator, LoggedRecord, OpeReport};
-pub use policy::{Explanation, PolicyConfig, RankedItem, Ranking, ThompsonPolicy};
+pub use policy::{Explanation, PolicyConfig, RankedItem, Ranking, ScoreOffset, ThompsonPolicy};
 pub use state::{FORMAT_VERSION, PolicyState};

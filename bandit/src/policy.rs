@@ -98,7 +98,8 @@ impl PolicyConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Explanation {
     /// Per feature group ("candidate", "cluster", "config", "user"), x_g·θ̃_g under the draw that
-    /// produced the reported score; they sum to that score.
+    /// produced the reported score, and "prior" for a candidate ranked with a [`ScoreOffset`]
+    /// (its mean + sd·e under that draw); they sum to that score.
     pub contributions: BTreeMap<String, f64>,
     /// Posterior standard deviation of the score, v·sqrt(xᵀΛ⁻¹x), estimated from the bank's
     /// draws (see [`ThompsonPolicy::posterior_sd`] for the exact value).
@@ -120,6 +121,36 @@ pub struct RankedItem {
     pub propensity: f64,
     /// Per-group contributions and uncertainty.
     pub explanation: Explanation,
+}
+
+/// A candidate's own prior score, added to x·θ̃: `mean + sd·e` with e ~ N(0, 1) drawn per
+/// posterior draw and candidate. A candidate the shared model knows nothing specific about (the
+/// recommender model's new idea) enters at what another model (the learned grader) expects of
+/// it, explored in proportion to that model's uncertainty. The bandit then learns the residual
+/// (reward − `mean`) for it, so the offset is a fixed prior, not a second copy of the evidence.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScoreOffset {
+    /// Added to every draw's score (and to the mean score).
+    pub mean: f64,
+    /// Scale of the per-draw noise; 0 adds `mean` only.
+    pub sd: f64,
+}
+
+impl ScoreOffset {
+    /// Checks both fields are finite and `sd ≥ 0`; the error names candidate `index`.
+    fn check(&self, index: usize) -> Result<()> {
+        let bounded = |v: f64| v.is_finite() && v.abs() <= crate::MAX_ABS_VALUE;
+        if !(bounded(self.mean) && bounded(self.sd) && self.sd >= 0.0) {
+            return Err(BanditError::Invalid {
+                field: "offsets",
+                reason: format!(
+                    "candidate {index}: mean {} and sd {} must be finite within ±1e6, sd ≥ 0",
+                    self.mean, self.sd
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The answer to one ranking request.
@@ -372,8 +403,36 @@ impl ThompsonPolicy {
         k: usize,
         rng: &mut R,
     ) -> Result<Ranking> {
+        self.rank_with_offsets(z, candidates, &[], k, rng)
+    }
+
+    /// [`ThompsonPolicy::rank`] with a [`ScoreOffset`] per candidate (`offsets` empty: none, the
+    /// same ranking as `rank` from the same generator). Every bank draw m scores candidate a as
+    /// x_a·θ̃ₘ + mean_a + sd_a·e_{m,a}; the e are drawn from `rng` after the coin and the draw
+    /// index, only when some sd > 0, so the logged seed still reproduces the ranking and the
+    /// propensities stay exact for the policy as run.
+    pub fn rank_with_offsets<C: AsRef<[f64]>, R: Rng + ?Sized>(
+        &self,
+        z: &[f64],
+        candidates: &[C],
+        offsets: &[ScoreOffset],
+        k: usize,
+        rng: &mut R,
+    ) -> Result<Ranking> {
         self.check_request(z, candidates)?;
         let n = candidates.len();
+        if !offsets.is_empty() {
+            if offsets.len() != n {
+                return Err(BanditError::Dimension {
+                    block: "offsets".to_owned(),
+                    expected: n,
+                    actual: offsets.len(),
+                });
+            }
+            for (i, offset) in offsets.iter().enumerate() {
+                offset.check(i)?;
+            }
+        }
         let shown = k.min(n);
         if shown == 0 {
             return Ok(Ranking {
@@ -384,10 +443,12 @@ impl ThompsonPolicy {
                 propensities: vec![Vec::new(); n],
             });
         }
-        // Fixed order of random draws (coin, draw, shuffle) so a seed reproduces the ranking.
+        // Fixed order of random draws (coin, draw, offset noise, shuffle) so a seed reproduces
+        // the ranking.
         let explored = rng.random::<f64>() < self.config.epsilon;
         let draw = rng.random_range(0..self.config.mc_samples);
-        let bank = self.score_bank(z, candidates, shown, draw);
+        let offset_scores = offset_scores(offsets, self.config.mc_samples, rng);
+        let bank = self.score_bank(z, candidates, offset_scores.as_deref(), shown, draw);
         let order = if explored {
             let mut all: Vec<usize> = (0..n).collect();
             for i in 0..shown {
@@ -406,13 +467,21 @@ impl ThompsonPolicy {
             .enumerate()
             .map(|(position, &a)| {
                 let c = candidates[a].as_ref();
+                let offset = offsets.get(a).copied().unwrap_or_default();
+                let mut explanation =
+                    self.explain(z, c, draw, self.score_sd(&bank.scores, n, a, z, c, offset));
+                if let Some(extra) = &offset_scores {
+                    explanation
+                        .contributions
+                        .insert("prior".to_owned(), extra[draw * n + a]);
+                }
                 RankedItem {
                     candidate: a,
                     position,
                     score: bank.scores[draw * n + a],
-                    mean_score: dot(&mean_w, c),
+                    mean_score: dot(&mean_w, c) + offset.mean,
                     propensity: propensities[a][position],
-                    explanation: self.explain(z, c, draw, self.score_sd(&bank.scores, n, a, z, c)),
+                    explanation,
                 }
             })
             .collect();
@@ -451,7 +520,7 @@ impl ThompsonPolicy {
         if shown == 0 {
             return Ok(vec![Vec::new(); n]);
         }
-        let bank = self.score_bank(z, candidates, shown, 0);
+        let bank = self.score_bank(z, candidates, None, shown, 0);
         Ok(self.propensities_from(&bank, n))
     }
 
@@ -484,11 +553,21 @@ impl ThompsonPolicy {
 
     /// The posterior SD reported with a ranking: from the bank when it has enough draws for a
     /// useful estimate, else exact.
-    fn score_sd(&self, scores: &[f64], n: usize, a: usize, z: &[f64], c: &[f64]) -> f64 {
+    /// The offset's noise is independent of θ̃, so its variance adds to the exact one (the
+    /// bank's scores already hold it).
+    fn score_sd(
+        &self,
+        scores: &[f64],
+        n: usize,
+        a: usize,
+        z: &[f64],
+        c: &[f64],
+        offset: ScoreOffset,
+    ) -> f64 {
         if self.config.mc_samples >= MIN_DRAWS_FOR_SD {
             bank_sd(scores, n, a)
         } else {
-            self.exact_sd(z, c)
+            self.exact_sd(z, c).hypot(offset.sd)
         }
     }
 
@@ -529,6 +608,7 @@ impl ThompsonPolicy {
         &self,
         z: &[f64],
         candidates: &[C],
+        offsets: Option<&[f64]>,
         k: usize,
         chosen: usize,
     ) -> BankScores {
@@ -547,11 +627,16 @@ impl ThompsonPolicy {
         // One flat row-major M×K buffer: the top-k scan below is the hot loop of a request and
         // wants plain slices, not strided views. `dot` returns standard layout, so the first
         // branch is the one taken; the second only keeps this total.
-        let scores = if scores.is_standard_layout() {
+        let mut scores = if scores.is_standard_layout() {
             scores.into_raw_vec_and_offset().0
         } else {
             scores.iter().copied().collect()
         };
+        if let Some(offsets) = offsets {
+            for (score, offset) in scores.iter_mut().zip(offsets) {
+                *score += offset;
+            }
+        }
         let mut counts = vec![0u32; n * k];
         let mut top: Vec<usize> = Vec::with_capacity(k + 1);
         let mut chosen_top = Vec::new();
@@ -670,6 +755,31 @@ const MIN_DRAWS_FOR_SD: usize = 32;
 
 /// Standard deviation over the bank's draws of candidate `a`'s score: a Monte-Carlo estimate of
 /// v·sqrt(xᵀΛ⁻¹x) with relative error about 1/sqrt(2M) (4% at M = 256).
+/// The M×K (draw-major) matrix of offset scores mean_a + sd_a·e_{m,a}, `None` without offsets.
+/// The e are drawn from `rng` (draw by draw, candidate by candidate) only when some sd > 0.
+fn offset_scores<R: Rng + ?Sized>(
+    offsets: &[ScoreOffset],
+    draws: usize,
+    rng: &mut R,
+) -> Option<Vec<f64>> {
+    if offsets.is_empty() {
+        return None;
+    }
+    let noisy = offsets.iter().any(|o| o.sd > 0.0);
+    let mut scores = Vec::with_capacity(draws * offsets.len());
+    for _ in 0..draws {
+        for offset in offsets {
+            let e: f64 = if noisy {
+                rng.sample(rand_distr::StandardNormal)
+            } else {
+                0.0
+            };
+            scores.push(offset.mean + offset.sd * e);
+        }
+    }
+    Some(scores)
+}
+
 fn bank_sd(scores: &[f64], n: usize, a: usize) -> f64 {
     let m = scores.len() / n.max(1);
     if m < 2 {

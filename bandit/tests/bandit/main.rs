@@ -4,5 +4,6 @@ mod discount;
 mod helpers;
 mod learning;
 mod off_policy;
+mod offsets;
 mod ranking;
 mod state;
