@@ -98,8 +98,8 @@ impl PolicyConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Explanation {
     /// Per feature group ("candidate", "cluster", "config", "user"), x_g·θ̃_g under the draw that
-    /// produced the reported score, and "prior" for a candidate ranked with a [`ScoreOffset`]
-    /// (its mean + sd·e under that draw); they sum to that score.
+    /// produced the reported score, and "prior" for a candidate ranked with a non-zero
+    /// [`ScoreOffset`] (its mean + sd·e under that draw); they sum to that score.
     pub contributions: BTreeMap<String, f64>,
     /// Posterior standard deviation of the score, v·sqrt(xᵀΛ⁻¹x), estimated from the bank's
     /// draws (see [`ThompsonPolicy::posterior_sd`] for the exact value).
@@ -470,7 +470,10 @@ impl ThompsonPolicy {
                 let offset = offsets.get(a).copied().unwrap_or_default();
                 let mut explanation =
                     self.explain(z, c, draw, self.score_sd(&bank.scores, n, a, z, c, offset));
-                if let Some(extra) = &offset_scores {
+                if let Some(extra) = offset_scores
+                    .as_ref()
+                    .filter(|_| offset != ScoreOffset::default())
+                {
                     explanation
                         .contributions
                         .insert("prior".to_owned(), extra[draw * n + a]);

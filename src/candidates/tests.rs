@@ -615,6 +615,7 @@ fn no_op_invalid_and_duplicate_model_candidates_are_dropped() {
         evidence_count: 0,
         source: CandidateSource::Model {
             model_version_id: "mv-1".to_owned(),
+            prior: None,
         },
     };
     let mut req = request(current.clone(), timeouts());
@@ -848,6 +849,7 @@ fn generate_speed() {
             evidence_count: 0,
             source: CandidateSource::Model {
                 model_version_id: "mv".to_owned(),
+                prior: None,
             },
         })
         .collect();

@@ -286,6 +286,7 @@ fn model_candidates() -> Vec<Candidate> {
             evidence_count: 3,
             source: CandidateSource::Model {
                 model_version_id: "bench-model".to_owned(),
+                prior: None,
             },
         })
         .collect()

@@ -9,7 +9,7 @@ use super::agent_config::config_hash;
 use super::recommendation::RecommendationType;
 
 /// Where a candidate came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "source", rename_all = "snake_case")]
 pub enum CandidateSource {
     /// arc-rec's heuristics over the Configuration→Outcome graph.
@@ -18,7 +18,57 @@ pub enum CandidateSource {
     Model {
         /// The `model_versions` row that generated it.
         model_version_id: String,
+        /// What the learned grader expected of it when `arc-rec candidates` stored it (`None`:
+        /// stored without one): serving ranks it from this prior instead of from zero.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prior: Option<CandidatePrior>,
     },
+}
+
+impl CandidateSource {
+    /// `"heuristic"` or `"model"`, as stored.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CandidateSource::Heuristic => "heuristic",
+            CandidateSource::Model { .. } => "model",
+        }
+    }
+
+    /// The model version of a model candidate.
+    pub fn model_version_id(&self) -> Option<&str> {
+        match self {
+            CandidateSource::Heuristic => None,
+            CandidateSource::Model {
+                model_version_id, ..
+            } => Some(model_version_id),
+        }
+    }
+
+    /// The prior of a priced model candidate.
+    pub fn prior(&self) -> Option<CandidatePrior> {
+        match self {
+            CandidateSource::Heuristic => None,
+            CandidateSource::Model { prior, .. } => *prior,
+        }
+    }
+}
+
+/// A model candidate's prior acceptance: the learned grader's posterior mean probability of
+/// acceptance over the contexts it was generated for, and the standard deviation of that
+/// estimate (the spread of the per-context posteriors, mixed). In serving's units: the bandit
+/// models accept = 1 / reject = 0 linearly, so `mean` is added to the score as is.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CandidatePrior {
+    pub mean: f64,
+    pub sd: f64,
+}
+
+impl CandidatePrior {
+    /// A prior from stored columns, when both are present and in range (mean and sd in [0, 1]).
+    pub fn from_stored(mean: Option<f64>, sd: Option<f64>) -> Option<Self> {
+        let (mean, sd) = (mean?, sd?);
+        ((0.0..=1.0).contains(&mean) && (0.0..=1.0).contains(&sd)).then_some(Self { mean, sd })
+    }
 }
 
 /// One change that could be recommended.

@@ -12,7 +12,7 @@ pub mod segments;
 pub mod validation;
 
 pub use agent_config::{apply_merge_patch, config_hash};
-pub use candidate::{Candidate, CandidateSource};
+pub use candidate::{Candidate, CandidatePrior, CandidateSource};
 pub use recommendation::RecommendationType;
 pub use records::{IngestRecord, OrgId, RecordKind};
 pub use validation::{FieldError, FieldErrors};

@@ -128,7 +128,7 @@ pub fn run(
             let started = Instant::now();
             let (choice, features) = match &mut r.strategy {
                 Strategy::Thompson { policy, .. } => {
-                    let output = rank(policy, prepared.clone(), input.k, r.rng.random())?;
+                    let output = rank(policy, prepared.clone(), input.k, r.rng.random(), |_| 0)?;
                     match output.shown.into_iter().next() {
                         Some(shown) => (
                             Some(shown.candidate.diff),

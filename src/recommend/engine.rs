@@ -1,7 +1,7 @@
 //! One recommendation, without IO: generate candidates for a failure context, build the bandit's
 //! features, rank with one posterior draw, and return what to show and what to log.
 
-use bandit::{Ranking, ThompsonPolicy};
+use bandit::{Ranking, ScoreOffset, ThompsonPolicy};
 use serde_json::Value;
 
 use super::features::{candidate_vector, context_vector};
@@ -9,7 +9,7 @@ use crate::candidates::{
     CandidateIndex, CandidateRequest, ConfigView, FailureObservation, SignalProfile,
     candidate_features, config_features, generate,
 };
-use crate::domain::Candidate;
+use crate::domain::{Candidate, CandidatePrior};
 
 /// A failure context to recommend for.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -120,17 +120,57 @@ pub fn candidate_vector_for(candidate: &Candidate, current_config: &Value) -> Ve
     candidate_vector(&candidate_features(candidate, current_config))
 }
 
+/// Bernoulli variance bound: one answer is worth at most 1/0.25 of precision about a candidate.
+const ANSWER_VARIANCE: f64 = 0.25;
+
+/// A priced model candidate's score offset after `answers` answers about it: its prior mean,
+/// and its prior sd shrunk as a normal mean's would be by that many answers of variance ≤ 0.25,
+/// s / sqrt(1 + n·s²/0.25). The mean stays (the shared model learns the residual, see
+/// `recommend::service`); the exploration the prior's uncertainty buys fades with the
+/// candidate's own evidence.
+pub fn prior_offset(prior: CandidatePrior, answers: u32) -> ScoreOffset {
+    let variance = prior.sd * prior.sd;
+    ScoreOffset {
+        mean: prior.mean,
+        sd: prior.sd / (1.0 + f64::from(answers) * variance / ANSWER_VARIANCE).sqrt(),
+    }
+}
+
+/// The offsets to rank `candidates` with: [`prior_offset`] for each priced model candidate
+/// (`answers` counts the answers about a candidate id), zero for the others; empty when none
+/// is priced, which ranks exactly as before priors existed.
+pub fn offsets_for(
+    candidates: &[(Candidate, Vec<f64>)],
+    answers: impl Fn(&str) -> u32,
+) -> Vec<ScoreOffset> {
+    if candidates.iter().all(|(c, _)| c.source.prior().is_none()) {
+        return Vec::new();
+    }
+    candidates
+        .iter()
+        .map(|(c, _)| {
+            c.source.prior().map_or_else(ScoreOffset::default, |prior| {
+                prior_offset(prior, answers(&c.candidate_id))
+            })
+        })
+        .collect()
+}
+
 /// Ranks prepared candidates with one posterior draw; `seed` makes it reproducible (logged).
+/// `answers` counts the answers already learned about a candidate id (what shrinks a priced
+/// candidate's prior, see [`offsets_for`]).
 pub fn rank(
     policy: &ThompsonPolicy,
     prepared: Prepared,
     k: usize,
     seed: u64,
+    answers: impl Fn(&str) -> u32,
 ) -> Result<RecommendOutput, RecommendError> {
     let Prepared {
         context,
         candidates,
     } = prepared;
+    let offsets = offsets_for(&candidates, answers);
     let vectors: Vec<&[f64]> = candidates.iter().map(|(_, f)| f.as_slice()).collect();
     let ranking = if vectors.is_empty() {
         Ranking {
@@ -141,7 +181,13 @@ pub fn rank(
             propensities: vec![],
         }
     } else {
-        policy.rank_seeded(&context, &vectors, k, seed)?
+        policy.rank_with_offsets(
+            &context,
+            &vectors,
+            &offsets,
+            k,
+            &mut <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(seed),
+        )?
     };
     let shown = ranking
         .items
@@ -167,5 +213,5 @@ pub fn recommend(
     input: &RecommendInput,
     seed: u64,
 ) -> Result<RecommendOutput, RecommendError> {
-    rank(policy, prepare(index, input), input.k, seed)
+    rank(policy, prepare(index, input), input.k, seed, |_| 0)
 }

@@ -121,6 +121,9 @@ struct OrgServing {
     clusters: RwLock<Option<Arc<ClusterModel>>>,
     /// The recommender model's candidates, by cluster (`None`: for every cluster).
     model_candidates: RwLock<Arc<ModelCandidates>>,
+    /// Answers learned about each priced model candidate (by candidate id): what shrinks its
+    /// prior's exploration (`engine::prior_offset`).
+    prior_answers: RwLock<HashMap<String, u32>>,
     learner: mpsc::UnboundedSender<Observation>,
 }
 
@@ -208,6 +211,7 @@ impl Serving {
             index: RwLock::new(Arc::new(index)),
             clusters: RwLock::new(clusters.map(Arc::new)),
             model_candidates: RwLock::new(Arc::new(model_candidates)),
+            prior_answers: RwLock::new(HashMap::new()),
             learner: sender,
         });
         tokio::spawn(learn_loop(
@@ -305,7 +309,12 @@ impl Serving {
         let prepared = prepare(&index, &input);
         let policy = state.policy.read().map_err(|_| poisoned())?.clone();
         let seed: u64 = rand::rng().random();
-        let output = rank(&policy, prepared, input.k, seed)?;
+        let output = {
+            let answers = state.prior_answers.read().map_err(|_| poisoned())?;
+            rank(&policy, prepared, input.k, seed, |id| {
+                answers.get(id).copied().unwrap_or(0)
+            })?
+        };
         // Time-ordered (v7): the decision log's keys then grow at the right edge of their
         // B-trees, so an insert touches the same few hot pages instead of a random leaf (which,
         // after each checkpoint, costs an 8 kB full-page image in the WAL per insert).
@@ -354,6 +363,7 @@ impl Serving {
                     score: s.shown.item.score,
                     propensity: s.shown.item.propensity,
                     candidate_features: s.shown.features.iter().map(|v| *v as f32).collect(),
+                    source: s.shown.candidate.source.clone(),
                 })
                 .collect(),
         };
@@ -404,6 +414,12 @@ impl Serving {
             }
         }
         let state = self.org(&row.org_id).await?;
+        if row.prior_mean.is_some() {
+            let mut answers = state.prior_answers.write().map_err(|_| poisoned())?;
+            *answers
+                .entry(candidate_id(&row.recommendation_id))
+                .or_insert(0) += 1;
+        }
         // A closed channel means the learner stopped (shutdown); nothing to do.
         let _ = state.learner.send(observation);
         Ok(())
@@ -429,6 +445,11 @@ fn poisoned() -> ServeError {
 /// `r-` and the candidate's hash: stable for the same change, unique within a request.
 fn recommendation_id(candidate_id: &str) -> String {
     format!("r-{}", candidate_id.trim_start_matches("c-"))
+}
+
+/// The candidate id a recommendation id was made from ([`recommendation_id`]'s inverse).
+fn candidate_id(recommendation_id: &str) -> String {
+    format!("c-{}", recommendation_id.trim_start_matches("r-"))
 }
 
 /// Places the context in a cluster. A client embedding an organization clustered from text
@@ -483,7 +504,10 @@ fn strip_field(message: &str) -> String {
         .to_owned()
 }
 
-/// The bandit observation of a feedback row: accepted or applied → 1, rejected → 0.
+/// The bandit observation of a feedback row: accepted or applied → 1, rejected → 0, less the
+/// prior mean a priced model candidate was ranked with (the shared model learns the residual:
+/// the prior already holds what the learned grader expected, so the answer is news only in how
+/// far it differs).
 fn observation_of(row: &LearnableFeedback) -> Option<Observation> {
     let accepted = match FeedbackOutcome::parse(&row.outcome)? {
         FeedbackOutcome::Accepted | FeedbackOutcome::Applied => true,
@@ -501,13 +525,15 @@ fn observation_of(row: &LearnableFeedback) -> Option<Observation> {
         .iter()
         .map(|v| f64::from(*v))
         .collect();
-    Some(Observation::binary(
+    let mut observation = Observation::binary(
         format!("{}/{}", row.event_id, row.recommendation_id),
         timestamp_s(row.decided_at),
         context,
         candidate,
         accepted,
-    ))
+    );
+    observation.reward -= row.prior_mean.unwrap_or(0.0);
+    Some(observation)
 }
 
 fn timestamp_s(t: DateTime<Utc>) -> f64 {

@@ -143,6 +143,7 @@ pub fn harvest(prompt: &RftPrompt, completions: &[String], model_version_id: &st
             evidence_count: 0,
             source: CandidateSource::Model {
                 model_version_id: model_version_id.to_owned(),
+                prior: None,
             },
         });
     }
@@ -306,7 +307,8 @@ mod tests {
         assert_eq!(
             cooler.source,
             CandidateSource::Model {
-                model_version_id: "rft-1".to_owned()
+                model_version_id: "rft-1".to_owned(),
+                prior: None,
             }
         );
         assert_eq!(

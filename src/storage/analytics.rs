@@ -15,6 +15,8 @@ pub enum GroupBy {
     Type,
     Provider,
     PolicyVersion,
+    /// `heuristic`, or `model:<model version>` for the recommender model's ideas.
+    Source,
     Day,
 }
 
@@ -26,6 +28,7 @@ impl GroupBy {
             GroupBy::Type => "recommendation_type",
             GroupBy::Provider => "model_provider",
             GroupBy::PolicyVersion => "policy_version",
+            GroupBy::Source => "source_key",
             GroupBy::Day => "day::text",
         }
     }

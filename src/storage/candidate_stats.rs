@@ -15,7 +15,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use super::{QueryContext, StorageError};
-use crate::domain::{Candidate, CandidateSource, RecommendationType};
+use crate::domain::{Candidate, CandidatePrior, CandidateSource, RecommendationType};
 
 /// One model's runs: `simulations.metadata->>'agent_model'`, else the version's
 /// `parsed_config->>'model'`.
@@ -210,10 +210,12 @@ pub async fn load_model_candidates_by_cluster(
         Option<f64>,
         i32,
         Option<String>,
+        Option<f64>,
+        Option<f64>,
     );
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT cluster_id, recommendation_type, diff, description, expected_reliability_delta,
-                expected_cost_delta_usd, evidence_count, model_version_id
+                expected_cost_delta_usd, evidence_count, model_version_id, prior_mean, prior_sd
          FROM candidate_recommendations
          WHERE org_id = $1 AND source = 'model'
          ORDER BY created_at DESC, candidate_id
@@ -227,7 +229,7 @@ pub async fn load_model_candidates_by_cluster(
     Ok(rows
         .into_iter()
         .filter_map(
-            |(cluster, kind, diff, description, rel, cost, evidence, version)| {
+            |(cluster, kind, diff, description, rel, cost, evidence, version, mean, sd)| {
                 let kind = RecommendationType::parse(&kind)?;
                 let candidate = Candidate {
                     candidate_id: Candidate::id_for(kind, &diff),
@@ -239,6 +241,7 @@ pub async fn load_model_candidates_by_cluster(
                     evidence_count: u32::try_from(evidence).unwrap_or(0),
                     source: CandidateSource::Model {
                         model_version_id: version.unwrap_or_default(),
+                        prior: CandidatePrior::from_stored(mean, sd),
                     },
                 };
                 Some((cluster, candidate))
@@ -582,8 +585,8 @@ pub async fn save_model_candidates_by_cluster(
         let inserted: Option<bool> = sqlx::query_scalar(
             "INSERT INTO candidate_recommendations (org_id, candidate_id, cluster_id, recommendation_type, diff,
                  description, expected_reliability_delta, expected_cost_delta_usd, evidence_count, source,
-                 model_version_id)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'model', $10)
+                 model_version_id, prior_mean, prior_sd)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'model', $10, $11, $12)
              ON CONFLICT (org_id, candidate_id) DO UPDATE SET
                  cluster_id = EXCLUDED.cluster_id,
                  recommendation_type = EXCLUDED.recommendation_type,
@@ -593,6 +596,8 @@ pub async fn save_model_candidates_by_cluster(
                  expected_cost_delta_usd = EXCLUDED.expected_cost_delta_usd,
                  evidence_count = EXCLUDED.evidence_count,
                  model_version_id = EXCLUDED.model_version_id,
+                 prior_mean = EXCLUDED.prior_mean,
+                 prior_sd = EXCLUDED.prior_sd,
                  created_at = now()
              WHERE candidate_recommendations.source = 'model'
              RETURNING (xmax = 0)",
@@ -607,6 +612,8 @@ pub async fn save_model_candidates_by_cluster(
         .bind(c.expected_cost_delta_usd)
         .bind(i32::try_from(c.evidence_count).unwrap_or(i32::MAX))
         .bind(model_version_id)
+        .bind(c.source.prior().map(|p| p.mean))
+        .bind(c.source.prior().map(|p| p.sd))
         .fetch_optional(&mut *tx)
         .await
         .context("insert model candidate")?;

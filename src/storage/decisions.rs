@@ -9,6 +9,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{QueryContext, StorageError};
+use crate::domain::CandidateSource;
 
 /// One recommendation request as logged.
 #[derive(Debug, Clone)]
@@ -45,6 +46,8 @@ pub struct DecisionItemRecord {
     pub score: f64,
     pub propensity: f64,
     pub candidate_features: Vec<f32>,
+    /// Heuristic or model (with its version and the prior it was ranked with).
+    pub source: CandidateSource,
 }
 
 /// Inserts decisions (and their items) in one transaction: all are durable when this returns.
@@ -85,6 +88,10 @@ pub async fn insert_decisions(
         score: f64,
         propensity: f64,
         candidate_features: &'a [f32],
+        source: &'static str,
+        model_version_id: Option<&'a str>,
+        prior_mean: Option<f64>,
+        prior_sd: Option<f64>,
     }
     let logs: Vec<LogRow<'_>> = decisions
         .iter()
@@ -117,6 +124,10 @@ pub async fn insert_decisions(
                 score: i.score,
                 propensity: i.propensity,
                 candidate_features: &i.candidate_features,
+                source: i.source.kind(),
+                model_version_id: i.source.model_version_id(),
+                prior_mean: i.source.prior().map(|p| p.mean),
+                prior_sd: i.source.prior().map(|p| p.sd),
             })
         })
         .collect();
@@ -136,12 +147,14 @@ pub async fn insert_decisions(
                   context_features real[], user_role text, domain text)
          )
          INSERT INTO decision_items (org_id, event_id, recommendation_id, position, recommendation_type,
-                                     model_provider, diff, score, propensity, candidate_features)
+                                     model_provider, diff, score, propensity, candidate_features,
+                                     source, model_version_id, prior_mean, prior_sd)
          SELECT org_id, event_id, recommendation_id, position, recommendation_type, model_provider, diff,
-                score, propensity, candidate_features
+                score, propensity, candidate_features, source, model_version_id, prior_mean, prior_sd
          FROM jsonb_to_recordset($2) AS r(org_id text, event_id uuid, recommendation_id text, position int,
               recommendation_type text, model_provider text, diff jsonb, score float8, propensity float8,
-              candidate_features real[])",
+              candidate_features real[], source text, model_version_id text, prior_mean float8,
+              prior_sd float8)",
     )
     .bind(sqlx::types::Json(&logs))
     .bind(sqlx::types::Json(&items))
@@ -246,10 +259,14 @@ pub struct LearnableFeedback {
     pub policy_version: String,
     pub context_features: Option<Vec<f32>>,
     pub candidate_features: Option<Vec<f32>>,
+    /// The prior mean the item was ranked with (a priced model candidate): the learner learns
+    /// the answer's residual from it.
+    pub prior_mean: Option<f64>,
 }
 
 const LEARNABLE_SQL: &str = "SELECT f.org_id, f.event_id, f.recommendation_id, f.outcome, f.reliability_delta, f.received_at,
-        l.created_at AS decided_at, l.policy_version, l.context_features, i.candidate_features
+        l.created_at AS decided_at, l.policy_version, l.context_features, i.candidate_features,
+        i.prior_mean
  FROM feedback f
  JOIN decision_items i ON i.org_id = f.org_id AND i.event_id = f.event_id AND i.recommendation_id = f.recommendation_id
  JOIN decision_log l ON l.org_id = f.org_id AND l.event_id = f.event_id";

@@ -216,7 +216,8 @@ async fn model_candidates_and_called_tools_load_per_organization() {
     assert_eq!(
         c.source,
         CandidateSource::Model {
-            model_version_id: "mv1".to_owned()
+            model_version_id: "mv1".to_owned(),
+            prior: None,
         }
     );
     assert_eq!(c.expected_cost_delta_usd, 0.0);
@@ -330,6 +331,7 @@ async fn the_newest_model_generation_takes_a_stored_candidate_over() {
         evidence_count: 0,
         source: CandidateSource::Model {
             model_version_id: version.to_owned(),
+            prior: None,
         },
     };
     let retry = json!({"retry": {"max_attempts": 3}});

@@ -1,7 +1,7 @@
 //! The decision log and feedback storage: group-committed decisions are durable, feedback is
 //! idempotent and must name a shown recommendation of the same organization.
 
-use arc_rec::domain::RecommendationType;
+use arc_rec::domain::{CandidatePrior, CandidateSource, RecommendationType};
 use arc_rec::recommend::candidate_log::{self, CandidateEntry};
 use arc_rec::recommend::decision_writer::DecisionWriter;
 use arc_rec::storage::decisions::{
@@ -47,6 +47,14 @@ fn decision(org: &str, event_id: Uuid) -> DecisionRecord {
                 score: 0.5,
                 propensity: 0.4,
                 candidate_features: vec![p as f32, 1.0],
+                source: if p == 2 {
+                    CandidateSource::Model {
+                        model_version_id: "mv-1".into(),
+                        prior: Some(CandidatePrior { mean: 0.6, sd: 0.1 }),
+                    }
+                } else {
+                    CandidateSource::Heuristic
+                },
             })
             .collect(),
     }
@@ -78,6 +86,26 @@ async fn concurrent_decisions_are_all_durable() {
         .await
         .unwrap();
     assert_eq!((logged, items), (64, 192));
+    // Each item keeps its source, model version and prior.
+    type SourceRow = (String, Option<String>, Option<f64>, Option<f64>);
+    let sources: Vec<SourceRow> = sqlx::query_as(
+        "SELECT DISTINCT source, model_version_id, prior_mean, prior_sd FROM decision_items ORDER BY 1",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        sources,
+        [
+            ("heuristic".to_owned(), None, None, None),
+            (
+                "model".to_owned(),
+                Some("mv-1".to_owned()),
+                Some(0.6),
+                Some(0.1)
+            ),
+        ]
+    );
     // The binary candidate set and the embedding come back as written.
     let (event_id, embedding): (Uuid, Vec<f32>) =
         sqlx::query_as("SELECT event_id, context_embedding FROM decision_log LIMIT 1")
@@ -160,6 +188,7 @@ async fn feedback_is_idempotent_and_joins_its_decision() {
         learnable[0].candidate_features.as_deref(),
         Some(&[1.0, 1.0][..])
     );
+    assert_eq!(learnable[0].prior_mean, None);
     assert_eq!(
         FeedbackOutcome::parse(&learnable[0].outcome),
         Some(FeedbackOutcome::Accepted)

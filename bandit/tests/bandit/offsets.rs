@@ -60,6 +60,11 @@ fn no_offsets_rank_exactly_as_rank() {
         assert_eq!(plain.propensities, zero.propensities);
         let order = |r: &bandit::Ranking| r.items.iter().map(|i| i.candidate).collect::<Vec<_>>();
         assert_eq!(order(&plain), order(&zero));
+        assert!(
+            zero.items
+                .iter()
+                .all(|i| !i.explanation.contributions.contains_key("prior"))
+        );
     }
 }
 

@@ -16,7 +16,8 @@ use crate::storage::analytics::{self, GroupBy};
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct AcceptanceQuery {
-    /// `cluster`, `type`, `provider`, `policy_version` or `day`.
+    /// `cluster`, `type`, `provider`, `policy_version`, `source` (`heuristic` or
+    /// `model:<model version>`) or `day`.
     pub group_by: GroupBy,
     /// First day included (YYYY-MM-DD, UTC).
     pub since: Option<NaiveDate>,

@@ -127,10 +127,14 @@ pub enum CandidateOrigin {
 /// Why this score.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ExplanationBody {
-    /// Each feature group's share of the score: `cluster`, `config`, `user`, `candidate`.
+    /// Each feature group's share of the score: `cluster`, `config`, `user`, `candidate`, and
+    /// `prior` for a model candidate ranked from the learned grader's prior.
     pub contributions: BTreeMap<String, f64>,
     /// Posterior standard deviation of the score.
     pub posterior_sd: f64,
+    /// The posterior mean of the score (the prior's mean included): what the candidate is
+    /// expected to be worth, without this request's exploration.
+    pub mean_score: f64,
 }
 
 impl RecommendationRequest {
@@ -251,9 +255,9 @@ pub async fn post_recommendations(
                 let item = served.shown.item;
                 let (source, model_version_id) = match candidate.source {
                     CandidateSource::Heuristic => (CandidateOrigin::Heuristic, None),
-                    CandidateSource::Model { model_version_id } => {
-                        (CandidateOrigin::Model, Some(model_version_id))
-                    }
+                    CandidateSource::Model {
+                        model_version_id, ..
+                    } => (CandidateOrigin::Model, Some(model_version_id)),
                 };
                 RecommendationBody {
                     recommendation_id: served.recommendation_id,
@@ -270,6 +274,7 @@ pub async fn post_recommendations(
                     explanation: ExplanationBody {
                         contributions: item.explanation.contributions,
                         posterior_sd: item.explanation.posterior_sd,
+                        mean_score: item.mean_score,
                     },
                 }
             })
