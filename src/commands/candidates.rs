@@ -2,8 +2,9 @@
 //! model (warm-up model + adapter) writes k recommendations for the typical configuration of
 //! every (organization, failure cluster) of the run's data; those that pass the graders' format
 //! check and serving's hard constraints go to `candidate_recommendations` tagged with the run's
-//! model version, where `serve` ranks them beside the heuristic candidates. The database is
-//! opened only around a check before the model work and the write after it.
+//! model version, where `serve` ranks them beside the heuristic candidates, each from the
+//! learned grader's prior (`--prior`) until feedback prices it. The database is opened only
+//! around the checks and the grader's fit before the model work and the write after it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
@@ -14,11 +15,13 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use super::DatabaseArgs;
+use super::learned_grader_fit::{FitOn, fit_learned_grader};
+use crate::domain::CandidateSource;
 use crate::rft::model_candidates::{
     ClusterCandidates, Harvest, ServingContext, StoredCandidate, harvest, merge_clusters,
     serving_contexts,
 };
-use crate::rft::{Grader, RftDataset, RftPrompt};
+use crate::rft::{Grader, LearnedGrader, RftDataset, RftPrompt};
 use crate::storage::candidate_stats::{SavedCandidates, save_model_candidates_by_cluster};
 use crate::storage::clusters::active_cluster_ids;
 use crate::storage::training_runs;
@@ -65,6 +68,20 @@ pub struct CandidatesArgs {
     /// samples were by default.
     #[arg(long, value_enum, default_value_t = Constrained::On)]
     pub constrained: Constrained,
+    /// How the candidates enter serving: `learned` stores with each the learned grader's
+    /// posterior P(accept) for the contexts it was written for (mean and sd; the grader is fitted
+    /// on every logged decision of the run's data), which serving ranks it from until feedback
+    /// prices it; `none` stores none (ranked from zero, as a heuristic candidate without
+    /// feedback).
+    #[arg(long, value_enum, default_value_t = PriorChoice::Learned)]
+    pub prior: PriorChoice,
+}
+
+/// Where a model candidate's serving prior comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PriorChoice {
+    Learned,
+    None,
 }
 
 /// One organization's figures.
@@ -154,6 +171,15 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         .await?
     };
 
+    let grader = match args.prior {
+        PriorChoice::Learned => Some(
+            fit_learned_grader(&settings, &dataset, FitOn::Everything, database)
+                .await
+                .context("--prior learned")?,
+        ),
+        PriorChoice::None => None,
+    };
+
     let runtime = trainer::device::Runtime::select(args.device.request())?;
     let sampling = Sampling {
         n: args.k,
@@ -206,10 +232,13 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
             harvest.candidates.clone(),
         ));
     }
-    let rows: BTreeMap<String, Vec<StoredCandidate>> = per_org
+    let mut rows: BTreeMap<String, Vec<StoredCandidate>> = per_org
         .into_iter()
         .map(|(org, per_context)| (org.to_owned(), merge_clusters(per_context)))
         .collect();
+    if let Some(grader) = &grader {
+        price(grader, &contexts, &harvests, &mut rows)?;
+    }
     let generated: usize = summaries.values().map(|s| s.generated).sum();
     let valid: usize = summaries.values().map(|s| s.valid).sum();
     let passed: usize = summaries.values().map(|s| s.passed).sum();
@@ -271,6 +300,55 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         started.elapsed().as_secs_f64(),
         generation_seconds
     );
+    Ok(())
+}
+
+/// Stores with every candidate the learned grader's prior over the contexts that proposed it
+/// (`LearnedGrader::prior`), and prints how the priors spread.
+fn price(
+    grader: &LearnedGrader,
+    contexts: &[ServingContext<'_>],
+    harvests: &[Harvest],
+    rows: &mut BTreeMap<String, Vec<StoredCandidate>>,
+) -> anyhow::Result<()> {
+    let mut proposed: BTreeMap<(&str, &str), Vec<(&RftPrompt, &serde_json::Value)>> =
+        BTreeMap::new();
+    for (context, harvest) in contexts.iter().zip(harvests) {
+        for candidate in &harvest.candidates {
+            proposed
+                .entry((context.org, candidate.candidate_id.as_str()))
+                .or_default()
+                .push((context.prompt, &candidate.diff));
+        }
+    }
+    let mut means = Vec::new();
+    for (org, org_rows) in rows.iter_mut() {
+        for (_, candidate) in org_rows.iter_mut() {
+            let contexts = proposed
+                .get(&(org.as_str(), candidate.candidate_id.as_str()))
+                .cloned()
+                .unwrap_or_default();
+            let prior = grader
+                .prior(contexts)
+                .with_context(|| format!("pricing {org}'s candidate {}", candidate.candidate_id))?;
+            if let (Some(prior), CandidateSource::Model { prior: slot, .. }) =
+                (prior, &mut candidate.source)
+            {
+                means.push(prior.mean);
+                *slot = Some(prior);
+            }
+        }
+    }
+    if !means.is_empty() {
+        means.sort_by(f64::total_cmp);
+        println!(
+            "priced {} candidates with the learned grader: prior P(accept) {:.3} (min) / {:.3} (median) / {:.3} (max)",
+            means.len(),
+            means[0],
+            means[means.len() / 2],
+            means[means.len() - 1]
+        );
+    }
     Ok(())
 }
 

@@ -14,6 +14,8 @@ pub mod eval;
 pub mod export;
 pub mod ingest;
 pub mod keys;
+#[cfg(feature = "rft")]
+pub mod learned_grader_fit;
 pub mod load;
 #[cfg(feature = "rft")]
 pub mod model;

@@ -3,7 +3,6 @@
 //! run directory that `--resume` continues exactly after a crash. Records the run in
 //! `training_runs` / `model_versions` unless `--no-record`.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
@@ -15,11 +14,8 @@ use serde_json::{Value, json};
 use objectives::Objective;
 
 use super::DatabaseArgs;
-use crate::candidates::CandidateIndex;
-use crate::clustering::ClusterModel;
-use crate::export::Split;
-use crate::rft::learned_grader::{data_sha256, place_prompts};
-use crate::rft::{GraderKind, LearnedGrader, RftDataset, WorldReward};
+use super::learned_grader_fit::{FitOn, fit_learned_grader};
+use crate::rft::{GraderKind, RftDataset, WorldReward};
 use crate::storage::training_runs::{self, RunStatus};
 use crate::training::run_dir::LEARNED_GRADER_FILE;
 use crate::training::{
@@ -302,9 +298,9 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
                 );
             }
             let learned = match settings.grader {
-                GraderKind::Learned => {
-                    Some(fit_learned_grader(&settings, &dataset, database).await?)
-                }
+                GraderKind::Learned => Some(
+                    fit_learned_grader(&settings, &dataset, FitOn::TrainSplit, database).await?,
+                ),
                 GraderKind::Logged | GraderKind::World => None,
             };
             let out = args.out.clone().context("--out is required")?;
@@ -444,61 +440,6 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
         root.join(crate::training::run_dir::METRICS_FILE).display()
     );
     Ok(())
-}
-
-/// Fits `--grader learned` on the train split of `dataset`, pricing model switches with each
-/// organization's candidate index from the database.
-async fn fit_learned_grader(
-    settings: &TrainSettings,
-    dataset: &RftDataset,
-    database: &DatabaseArgs,
-) -> anyhow::Result<LearnedGrader> {
-    let orgs = dataset.organizations();
-    let indexes = super::with_database(database, |pool| async move {
-        let unknown = training_runs::unknown_orgs(&pool, &orgs).await?;
-        if !unknown.is_empty() {
-            anyhow::bail!(
-                "organization(s) {} of --data are not in the database, whose statistics price the model switches the grader scores; ingest their history first",
-                unknown.join(", ")
-            );
-        }
-        let mut indexes = Vec::with_capacity(orgs.len());
-        let mut models = BTreeMap::new();
-        for org in &orgs {
-            indexes.push(CandidateIndex::load(&pool, org).await?);
-            if let Some(stored) = crate::storage::clusters::load_model(&pool, org).await? {
-                let model = ClusterModel::from_stored(stored)
-                    .with_context(|| format!("the clustering model of {org}"))?;
-                models.insert(org.clone(), model);
-            }
-        }
-        Ok((indexes, models))
-    })
-    .await
-    .context("--grader learned: cannot read the organizations' statistics and clustering models")?;
-    let (indexes, models) = indexes;
-    let placements = place_prompts(&dataset.prompts, &models);
-    let sha = data_sha256(&settings.data)
-        .with_context(|| format!("--data {}", settings.data.display()))?;
-    let placed = placements.len();
-    let grader = LearnedGrader::fit(
-        dataset.split(Split::Train),
-        indexes,
-        placements,
-        settings.learned_lcb_z,
-        sha,
-    )?;
-    let held_out = match grader.auc(dataset.split(Split::Validation)) {
-        Some((auc, n)) => format!("; AUC {auc:.3} on the {n} held-out decisions"),
-        None => String::new(),
-    };
-    println!(
-        "learned grader: fitted on {} logged decisions of the train split (κ = {}; {placed} of {} contexts placed by a clustering model){held_out}",
-        grader.observations(),
-        settings.learned_lcb_z,
-        dataset.prompts.len()
-    );
-    Ok(grader)
 }
 
 /// The last RL step's figures (and the last warm-up loss), for the summary and the database.

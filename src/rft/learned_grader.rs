@@ -35,7 +35,7 @@ use super::completion::minimal_patch;
 use super::dataset::RftPrompt;
 use crate::candidates::{CandidateIndex, CandidateRequest, ConfigView, FailureObservation};
 use crate::clustering::{ClusterModel, FailureText};
-use crate::domain::{Candidate, CandidateSource, RecommendationType};
+use crate::domain::{Candidate, CandidatePrior, CandidateSource, RecommendationType};
 use crate::recommend::engine::{candidate_vector_for, context_for};
 use crate::recommend::features::layout;
 
@@ -365,6 +365,46 @@ impl LearnedGrader {
     }
 }
 
+impl LearnedGrader {
+    /// The serving prior of a candidate proposed in `contexts` (each a prompt and the candidate's
+    /// minimal patch over the prompt's configuration): the mixture, with equal weights, of the
+    /// grader's per-context posteriors of P(accept), each the posterior mean's probability σ(μ)
+    /// with sd σ'(μ)·s (the delta method); mean = average p, variance = average of (sd² + p²)
+    /// less mean². A context where the candidate switches to a model the organization has never
+    /// run counts as p = 0 with no spread (out of the data's support, as for the reward).
+    /// `None` without contexts.
+    pub fn prior<'a>(
+        &self,
+        contexts: impl IntoIterator<Item = (&'a RftPrompt, &'a Value)>,
+    ) -> Result<Option<CandidatePrior>, LearnedGraderError> {
+        let (mut n, mut sum, mut second) = (0usize, 0.0, 0.0);
+        for (prompt, patch) in contexts {
+            let score = self.score(prompt, patch)?;
+            let unknown = self.indexes.get(&prompt.org).is_some_and(|index| {
+                switches_to_an_unknown_model(index, &prompt.current_config, patch)
+            });
+            let (p, sd) = if unknown {
+                (0.0, 0.0)
+            } else {
+                let p = score.probability;
+                (p, p * (1.0 - p) * score.log_odds_sd)
+            };
+            n += 1;
+            sum += p;
+            second += sd * sd + p * p;
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        let mean = (sum / n as f64).clamp(0.0, 1.0);
+        let variance = (second / n as f64 - mean * mean).max(0.0);
+        Ok(Some(CandidatePrior {
+            mean,
+            sd: variance.sqrt().min(1.0),
+        }))
+    }
+}
+
 /// Whether `patch` switches to a model the organization has never run. Such a switch is out of
 /// the data's support whatever its features say: nothing prices it (its cost delta reads 0, a
 /// free upgrade) and nothing shows the model exists; the first learned-grader runs on world 1
@@ -614,6 +654,41 @@ mod tests {
         .score(&fresh, &json!({"timeout_s": 120}))
         .unwrap();
         assert_eq!(plain.lower_bound, plain.probability);
+    }
+
+    #[test]
+    fn a_candidate_s_prior_mixes_its_contexts_posteriors() {
+        let prompts: Vec<RftPrompt> = (0..30).map(prompt).collect();
+        let grader = fitted(&prompts);
+        let (a, b) = (prompt(98), prompt(99));
+        let timeout = json!({"timeout_s": 120});
+        let one = grader.score(&a, &timeout).unwrap();
+        let prior = grader.prior([(&a, &timeout)]).unwrap().unwrap();
+        let p = one.probability;
+        assert!((prior.mean - p).abs() < 1e-12);
+        assert!((prior.sd - p * (1.0 - p) * one.log_odds_sd).abs() < 1e-12);
+        // Two contexts: the same diff scores the same in equal contexts, so the mixture is the
+        // same; with an unknown model's switch (p = 0, no spread) beside it, the mean halves and
+        // the spread between the two shows in the sd.
+        let twice = grader
+            .prior([(&a, &timeout), (&b, &timeout)])
+            .unwrap()
+            .unwrap();
+        assert!((twice.mean - prior.mean).abs() < 1e-12);
+        assert!((twice.sd - prior.sd).abs() < 1e-12);
+        let switch = json!({"model": "anthropic/claude-3-haiku"});
+        let mixed = grader
+            .prior([(&a, &timeout), (&b, &switch)])
+            .unwrap()
+            .unwrap();
+        assert!((mixed.mean - p / 2.0).abs() < 1e-12);
+        let expected = ((prior.sd * prior.sd + p * p) / 2.0 - (p / 2.0) * (p / 2.0)).sqrt();
+        assert!((mixed.sd - expected).abs() < 1e-12);
+        assert_eq!(grader.prior(std::iter::empty()).unwrap(), None);
+        // A context of an organization the grader was not fitted for is an error.
+        let mut stranger = prompt(97);
+        stranger.org = "globex".into();
+        assert!(grader.prior([(&stranger, &timeout)]).is_err());
     }
 
     #[test]

@@ -87,6 +87,24 @@ async fn model_candidates_are_served_marked_as_the_models_and_feedback_on_them_i
     .await
     .unwrap();
     assert!(!rows.is_empty(), "no model candidate written: {stdout}");
+    // Each is priced by the learned grader (--prior learned, the default).
+    let priors: Vec<(Option<f64>, Option<f64>)> = sqlx::query_as(
+        "SELECT prior_mean, prior_sd FROM candidate_recommendations WHERE source = 'model'",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert!(
+        priors
+            .iter()
+            .all(|(mean, sd)| mean.is_some_and(|m| (0.0..=1.0).contains(&m))
+                && sd.is_some_and(|s| (0.0..=1.0).contains(&s))),
+        "{priors:?}"
+    );
+    assert!(
+        stdout.contains(&format!("priced {} candidates", rows.len())),
+        "{stdout}"
+    );
     assert!(
         rows.iter().all(|row| row.4 == run_id),
         "every row carries the run's model version"

@@ -1,0 +1,99 @@
+//! Fitting the learned grader (`rft::learned_grader`) from a run's data and the database's
+//! statistics: `train --grader learned` fits its reward on the train split, `candidates` prices
+//! the model's ideas with one fitted on every logged decision.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+
+use super::DatabaseArgs;
+use crate::candidates::CandidateIndex;
+use crate::clustering::ClusterModel;
+use crate::export::Split;
+use crate::rft::learned_grader::{data_sha256, place_prompts};
+use crate::rft::{LearnedGrader, RftDataset};
+use crate::storage::training_runs;
+use crate::training::TrainSettings;
+
+/// Which logged decisions the grader learns from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FitOn {
+    /// The train split (an RL reward: validation and test stay held out; AUC on validation).
+    TrainSplit,
+    /// Every split (a serving prior: nothing is evaluated on the data).
+    Everything,
+}
+
+/// Fits the learned grader on `dataset`'s decisions (`on`), pricing model switches with each
+/// organization's candidate index and placing contexts with its clustering model, both read
+/// from the database.
+pub async fn fit_learned_grader(
+    settings: &TrainSettings,
+    dataset: &RftDataset,
+    on: FitOn,
+    database: &DatabaseArgs,
+) -> anyhow::Result<LearnedGrader> {
+    let orgs = dataset.organizations();
+    let (indexes, models) = super::with_database(database, |pool| async move {
+        let unknown = training_runs::unknown_orgs(&pool, &orgs).await?;
+        if !unknown.is_empty() {
+            anyhow::bail!(
+                "organization(s) {} of --data are not in the database, whose statistics price the model switches the grader scores; ingest their history first",
+                unknown.join(", ")
+            );
+        }
+        let mut indexes = Vec::with_capacity(orgs.len());
+        let mut models = BTreeMap::new();
+        for org in &orgs {
+            indexes.push(CandidateIndex::load(&pool, org).await?);
+            if let Some(stored) = crate::storage::clusters::load_model(&pool, org).await? {
+                let model = ClusterModel::from_stored(stored)
+                    .with_context(|| format!("the clustering model of {org}"))?;
+                models.insert(org.clone(), model);
+            }
+        }
+        Ok((indexes, models))
+    })
+    .await
+    .context("the learned grader: cannot read the organizations' statistics and clustering models")?;
+    let placements = place_prompts(&dataset.prompts, &models);
+    let sha = data_sha256(&settings.data)
+        .with_context(|| format!("--data {}", settings.data.display()))?;
+    let placed = placements.len();
+    let (grader, fitted_on) = match on {
+        FitOn::TrainSplit => (
+            LearnedGrader::fit(
+                dataset.split(Split::Train),
+                indexes,
+                placements,
+                settings.learned_lcb_z,
+                sha,
+            )?,
+            "the train split",
+        ),
+        FitOn::Everything => (
+            LearnedGrader::fit(
+                &dataset.prompts,
+                indexes,
+                placements,
+                settings.learned_lcb_z,
+                sha,
+            )?,
+            "every split",
+        ),
+    };
+    let held_out = match on {
+        FitOn::TrainSplit => grader
+            .auc(dataset.split(Split::Validation))
+            .map(|(auc, n)| format!("; AUC {auc:.3} on the {n} held-out decisions")),
+        FitOn::Everything => None,
+    };
+    println!(
+        "learned grader: fitted on {} logged decisions of {fitted_on} (κ = {}; {placed} of {} contexts placed by a clustering model){}",
+        grader.observations(),
+        settings.learned_lcb_z,
+        dataset.prompts.len(),
+        held_out.unwrap_or_default()
+    );
+    Ok(grader)
+}
