@@ -294,11 +294,12 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         );
     }
     println!(
-        "wrote {} candidates of model version {} in {:.1} s ({:.1} s generating); `arc-rec serve` loads an organization's candidates when it first serves it (restart a running server)",
+        "wrote {} candidates of model version {} in {:.1} s ({:.1} s generating); running `arc-rec serve` replicas pick them up within {} s",
         rows.values().map(Vec::len).sum::<usize>(),
         run_id,
         started.elapsed().as_secs_f64(),
-        generation_seconds
+        generation_seconds,
+        crate::recommend::service::MODEL_CANDIDATES_RELOAD_BOUND.as_secs()
     );
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! The serving state: per organization, the candidate statistics, the cluster model and the
 //! published bandit policy; a learner task per organization that applies feedback; and a
 //! poller that picks up feedback other replicas stored, so every replica converges on the same
-//! posterior (the linear model's updates commute, so arrival order does not matter).
+//! posterior (the linear model's updates commute, so arrival order does not matter), and model
+//! candidates a new model version stored (`MODEL_CANDIDATES_RELOAD_BOUND`).
 //!
 //! Requests read an immutable `Arc<ThompsonPolicy>` snapshot and never wait for learning; the
 //! learner applies observations in small batches, refreshes the posterior draws, and publishes
@@ -28,14 +29,20 @@ use crate::candidates::{CandidateIndex, FailureObservation, provider_of};
 use crate::clustering::{ClusterError, ClusterModel, FailureInput, FailureText};
 use crate::domain::Candidate;
 use crate::storage::StorageError;
-use crate::storage::candidate_stats::load_model_candidates_by_cluster;
+use crate::storage::candidate_stats::{
+    ModelCandidatesMark, load_model_candidates_by_cluster, model_candidates_marks,
+};
 use crate::storage::decisions::{
     DecisionItemRecord, DecisionRecord, FeedbackOutcome, FeedbackRecord, FeedbackStored,
     LearnableFeedback, failures_of_outcomes, feedback_for, feedback_since, insert_feedback,
 };
 
-/// How often replicas look for each other's feedback.
+/// How often replicas look for each other's feedback and for new model candidates.
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// A model version's candidates stored by `arc-rec candidates` reach every running replica
+/// within this long: one poll interval, then one load of the organization's model candidates
+/// (a query of at most 2,000 rows).
+pub const MODEL_CANDIDATES_RELOAD_BOUND: Duration = Duration::from_secs(3);
 /// Feedback rows are re-read this far back on every poll: `received_at` is set at insert, and a
 /// row may commit a little after a later row; re-reading a window (and skipping what was
 /// applied) catches it.
@@ -139,6 +146,8 @@ pub struct Serving {
     /// (event, recommendation) pairs already learned from: the first answer about a shown item
     /// is the one the bandit learns.
     learned: Mutex<HashSet<(Uuid, String)>>,
+    /// Per loaded organization, the model candidates' mark when they were last loaded.
+    model_marks: Mutex<HashMap<String, ModelCandidatesMark>>,
 }
 
 impl std::fmt::Debug for Serving {
@@ -169,6 +178,7 @@ impl Serving {
             orgs: RwLock::new(HashMap::new()),
             loading: tokio::sync::Mutex::new(()),
             learned: Mutex::new(HashSet::new()),
+            model_marks: Mutex::new(HashMap::new()),
         });
         let history = feedback_since(&serving.pool, None).await?;
         let watermark = history.iter().map(|f| f.received_at).max();
@@ -254,6 +264,46 @@ impl Serving {
             *slot = Arc::new(model_candidates);
         }
         Ok(())
+    }
+
+    /// Reloads the model candidates of every loaded organization whose stored ones changed since
+    /// they were last loaded (a new model version from `arc-rec candidates`), so a running
+    /// replica serves them within [`MODEL_CANDIDATES_RELOAD_BOUND`] without a restart. An
+    /// organization polled for the first time is reloaded once (its candidates may have changed
+    /// between its first load and now).
+    async fn reload_changed_model_candidates(&self) -> Result<usize, ServeError> {
+        let orgs: Vec<String> = self
+            .orgs
+            .read()
+            .map_err(|_| poisoned())?
+            .keys()
+            .cloned()
+            .collect();
+        if orgs.is_empty() {
+            return Ok(0);
+        }
+        let marks = model_candidates_marks(&self.pool, &orgs).await?;
+        let mut reloaded = 0;
+        for (org, mark) in marks {
+            let changed = self
+                .model_marks
+                .lock()
+                .map_err(|_| poisoned())?
+                .get(&org)
+                .is_none_or(|seen| *seen != mark);
+            if !changed {
+                continue;
+            }
+            let candidates = load_model_candidates_by_cluster(&self.pool, &org).await?;
+            let state = self.org(&org).await?;
+            *state.model_candidates.write().map_err(|_| poisoned())? = Arc::new(candidates);
+            self.model_marks
+                .lock()
+                .map_err(|_| poisoned())?
+                .insert(org, mark);
+            reloaded += 1;
+        }
+        Ok(reloaded)
     }
 
     /// Ranks recommendations for a failure context and logs the decision durably.
@@ -608,6 +658,11 @@ async fn poll_feedback(serving: std::sync::Weak<Serving>, mut watermark: Option<
                 }
             }
             Err(err) => tracing::warn!(error = %err, "feedback poll failed"),
+        }
+        match serving.reload_changed_model_candidates().await {
+            Ok(0) => {}
+            Ok(orgs) => tracing::info!(orgs, "reloaded changed model candidates"),
+            Err(err) => tracing::warn!(error = %err, "model candidate poll failed"),
         }
     }
 }

@@ -9,6 +9,8 @@
 //! JSON is read defensively (`jsonb_typeof` before every cast), because `parsed_config`, diffs and
 //! trajectories are client data: an odd value is skipped, never an error.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -248,6 +250,32 @@ pub async fn load_model_candidates_by_cluster(
             },
         )
         .collect())
+}
+
+/// What a model-candidate reload compares: how many model candidates an organization has and
+/// when the newest was stored. `save_model_candidates_by_cluster` changes it on every write
+/// (a taken-over row gets a new `created_at`).
+pub type ModelCandidatesMark = (i64, Option<DateTime<Utc>>);
+
+/// The [`ModelCandidatesMark`] of each of `orgs` (`(0, None)` for one without model candidates).
+pub async fn model_candidates_marks(
+    pool: &PgPool,
+    orgs: &[String],
+) -> Result<HashMap<String, ModelCandidatesMark>, StorageError> {
+    let rows: Vec<(String, i64, Option<DateTime<Utc>>)> = sqlx::query_as(
+        "SELECT org_id, count(*), max(created_at) FROM candidate_recommendations
+         WHERE source = 'model' AND org_id = ANY($1) GROUP BY org_id",
+    )
+    .bind(orgs)
+    .fetch_all(pool)
+    .await
+    .context("read model candidate marks")?;
+    let mut marks: HashMap<String, ModelCandidatesMark> =
+        orgs.iter().map(|org| (org.clone(), (0, None))).collect();
+    for (org, count, newest) in rows {
+        marks.insert(org, (count, newest));
+    }
+    Ok(marks)
 }
 
 /// The recommender model's stored candidates for an organization (and cluster, when given), newest

@@ -579,3 +579,97 @@ async fn acceptance_by_source(app: &TestApp) -> Vec<(String, i64, i64)> {
         })
         .collect()
 }
+
+/// A model version's candidates, stored while two replicas are serving, reach both within the
+/// stated bound without a restart.
+#[tokio::test]
+async fn a_new_model_version_reaches_every_running_replica_within_the_bound() {
+    use arc_rec::domain::{Candidate, CandidatePrior, CandidateSource, RecommendationType};
+    use arc_rec::recommend::service::{MODEL_CANDIDATES_RELOAD_BOUND, RecommendationQuery};
+    use arc_rec::storage::candidate_stats::save_model_candidates_by_cluster;
+
+    let app = with_contract_data().await;
+    let replica = Serving::start(app.db.pool().clone()).await.unwrap();
+    let request = contract_request();
+    let query = || RecommendationQuery {
+        embedding: None,
+        failures: vec![arc_rec::candidates::FailureObservation {
+            failure_category: Some("timeout".into()),
+            error_message: Some("web_search timed out after 5000 ms".into()),
+            tool_name: Some("web_search".into()),
+            error_code: None,
+        }],
+        outcome_ids: Vec::new(),
+        current_config: request["current_config"].clone(),
+        user_role: None,
+        domain: None,
+        k: 50,
+        max_cost_increase_usd_per_run: None,
+        raw: serde_json::value::to_raw_value(&request).unwrap(),
+    };
+    for serving in [&*app.serving, &*replica] {
+        assert!(served_model_versions(serving, query()).await.is_empty());
+    }
+    let diff = json!({"temperature": 0.45});
+    let kind = RecommendationType::Temperature;
+    let candidate = Candidate {
+        candidate_id: Candidate::id_for(kind, &diff),
+        recommendation_type: kind,
+        diff,
+        description: "a new version's idea".into(),
+        expected_reliability_delta: 0.0,
+        expected_cost_delta_usd: 0.0,
+        evidence_count: 0,
+        source: CandidateSource::Model {
+            model_version_id: "mv-new".into(),
+            prior: Some(CandidatePrior { mean: 0.7, sd: 0.1 }),
+        },
+    };
+    save_model_candidates_by_cluster(
+        app.db.pool(),
+        "acme",
+        "mv-new",
+        "tiny",
+        &[(None, candidate)],
+    )
+    .await
+    .unwrap();
+    let stored = std::time::Instant::now();
+    for (name, serving) in [("app", &*app.serving), ("replica", &*replica)] {
+        loop {
+            if served_model_versions(serving, query()).await == ["mv-new"] {
+                break;
+            }
+            assert!(
+                stored.elapsed() < MODEL_CANDIDATES_RELOAD_BOUND,
+                "{name} did not serve the new version within {MODEL_CANDIDATES_RELOAD_BOUND:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    eprintln!(
+        "both replicas served the new version after {:?}",
+        stored.elapsed()
+    );
+}
+
+/// The model versions of the candidates `serving` shows acme for `query`.
+async fn served_model_versions(
+    serving: &Serving,
+    query: arc_rec::recommend::service::RecommendationQuery,
+) -> Vec<String> {
+    serving
+        .recommend("acme", query)
+        .await
+        .unwrap()
+        .recommendations
+        .into_iter()
+        .filter_map(|r| {
+            r.shown
+                .candidate
+                .source
+                .model_version_id()
+                .map(str::to_owned)
+        })
+        .collect()
+}
