@@ -1,8 +1,8 @@
 //! `arc-rec candidates`: the trained recommender's ideas, made ready for serving. A run's RL
-//! model (warm-up model + adapter) writes k recommendations for the typical configuration of
-//! every (organization, failure cluster) of the run's data; those that pass the graders' format
-//! check and serving's hard constraints go to `candidate_recommendations` tagged with the run's
-//! model version, where `serve` ranks them beside the heuristic candidates, each from the
+//! model (warm-up model + adapter; or its warm-up or base model, `--model`) writes k
+//! recommendations for the typical configuration of every (organization, failure cluster) of the
+//! run's data; those that pass the graders' format check and serving's hard constraints go to
+//! `candidate_recommendations` tagged with the model version, where `serve` ranks them beside the heuristic candidates, each from the
 //! learned grader's prior (`--prior`) until feedback prices it. The database is opened only
 //! around the checks and the grader's fit before the model work and the write after it.
 
@@ -45,6 +45,11 @@ pub struct CandidatesArgs {
     /// with.
     #[arg(long, value_name = "RUN_DIR")]
     pub run: PathBuf,
+    /// Which of the run's models writes the candidates: `rl` (the warm-up model with RL's
+    /// adapter; model version = the run id), `warm-up` (version `<run id>-warmup`) or `base`
+    /// (version `<run id>-base`), e.g. to compare what RL adds in `arc-rec bench pipeline`.
+    #[arg(long, value_enum, default_value_t = RunModel::Rl)]
+    pub model: RunModel,
     /// Recommendations sampled per (organization, failure cluster) context (1–64).
     #[arg(long, default_value_t = 8)]
     pub k: usize,
@@ -130,7 +135,12 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
             args.run.display()
         );
     }
-    if !args.run.join(FINAL_ADAPTER_DIR).is_dir() {
+    let run_id = match args.model {
+        RunModel::Rl => run_id,
+        RunModel::Warmup => format!("{run_id}-warmup"),
+        RunModel::Base => format!("{run_id}-base"),
+    };
+    if args.model == RunModel::Rl && !args.run.join(FINAL_ADAPTER_DIR).is_dir() {
         bail!(
             "--run {}: no {FINAL_ADAPTER_DIR}/, the run has not finished its RL steps (finish it with `arc-rec train --resume {}`)",
             args.run.display(),
@@ -363,7 +373,7 @@ fn generate(
     run_id: &str,
     sampling: Sampling<'_>,
 ) -> anyhow::Result<Vec<Harvest>> {
-    let policy = load_run_model(RunModel::Rl, settings, &args.run, runtime)?;
+    let policy = load_run_model(args.model, settings, &args.run, runtime)?;
     let grammar = recommendation_grammar(&policy, args.constrained.is_on())?;
     let sampling = Sampling {
         grammar: grammar.as_ref(),
