@@ -156,6 +156,14 @@ pub fn offsets_for(
         .collect()
 }
 
+/// What the learner learns from an answer about a shown candidate: 1 for accepted, 0 for
+/// rejected, less the prior mean a priced model candidate was ranked with. The shared model
+/// learns the residual: the prior already holds what the learned grader expected, so the answer
+/// is news only in how far it differs (a GLM offset).
+pub fn learning_reward(accepted: bool, prior_mean: Option<f64>) -> f64 {
+    f64::from(u8::from(accepted)) - prior_mean.unwrap_or(0.0)
+}
+
 /// Ranks prepared candidates with one posterior draw; `seed` makes it reproducible (logged).
 /// `answers` counts the answers already learned about a candidate id (what shrinks a priced
 /// candidate's prior, see [`offsets_for`]).

@@ -7,4 +7,5 @@ pub mod decision_writer;
 pub mod engine;
 pub mod features;
 pub mod ope;
+pub mod placement;
 pub mod service;

@@ -23,10 +23,11 @@ use uuid::Uuid;
 
 use super::candidate_log::{self, CandidateEntry, CandidateLogError};
 use super::decision_writer::{DecisionWriteError, DecisionWriter};
-use super::engine::{RecommendError, RecommendInput, Shown, prepare, rank};
+use super::engine::{RecommendError, RecommendInput, Shown, learning_reward, prepare, rank};
 use super::features::{layout, policy_config};
+use super::placement::{PlacementError, place};
 use crate::candidates::{CandidateIndex, FailureObservation, provider_of};
-use crate::clustering::{ClusterError, ClusterModel, FailureInput, FailureText};
+use crate::clustering::{ClusterError, ClusterModel};
 use crate::domain::Candidate;
 use crate::storage::StorageError;
 use crate::storage::candidate_stats::{
@@ -488,6 +489,15 @@ fn candidate_log(candidates: &[(Candidate, Vec<f64>)]) -> Result<Vec<u8>, ServeE
     .map_err(ServeError::LogEncoding)
 }
 
+impl From<PlacementError> for ServeError {
+    fn from(error: PlacementError) -> Self {
+        match error {
+            PlacementError::Context { field, message } => ServeError::Context { field, message },
+            PlacementError::Cluster(e) => ServeError::Cluster(e),
+        }
+    }
+}
+
 fn poisoned() -> ServeError {
     ServeError::Poisoned
 }
@@ -502,62 +512,8 @@ fn candidate_id(recommendation_id: &str) -> String {
     format!("c-{}", recommendation_id.trim_start_matches("r-"))
 }
 
-/// Places the context in a cluster. A client embedding an organization clustered from text
-/// cannot use is not an error (the contract allows any one of the inputs): the failures place
-/// it then, or nothing does.
-fn place(
-    model: &ClusterModel,
-    embedding: Option<&[f32]>,
-    failures: &[FailureObservation],
-) -> Result<Option<crate::clustering::Assignment>, ServeError> {
-    let texts: Vec<FailureText> = failures
-        .iter()
-        .map(|f| FailureText {
-            failure_category: f.failure_category.clone().unwrap_or_default(),
-            error_message: f.error_message.clone().unwrap_or_default(),
-            tool_name: f.tool_name.clone(),
-            error_type: None,
-        })
-        .collect();
-    let input = match (embedding, texts.is_empty()) {
-        (Some(e), true) => FailureInput::Embedding(e.to_vec()),
-        (Some(e), false) => FailureInput::Both {
-            embedding: e.to_vec(),
-            failures: texts.clone(),
-        },
-        (None, false) => FailureInput::Failures(texts.clone()),
-        (None, true) => return Ok(None),
-    };
-    match model.assign(&input) {
-        Ok(assignment) => Ok(Some(assignment)),
-        Err(ClusterError::NoEmbeddingModel { .. }) if !texts.is_empty() => model
-            .assign(&FailureInput::Failures(texts))
-            .map(Some)
-            .map_err(ServeError::Cluster),
-        Err(ClusterError::NoEmbeddingModel { .. } | ClusterError::EmptyInput) => Ok(None),
-        Err(
-            e @ (ClusterError::DimensionMismatch { .. }
-            | ClusterError::NonFiniteEmbedding { .. }
-            | ClusterError::ZeroEmbedding),
-        ) => Err(ServeError::Context {
-            field: "failure_context.failure_cluster_embedding".into(),
-            message: strip_field(&e.to_string()),
-        }),
-        Err(other) => Err(ServeError::Cluster(other)),
-    }
-}
-
-fn strip_field(message: &str) -> String {
-    message
-        .split_once(": ")
-        .map_or(message, |(_, m)| m)
-        .to_owned()
-}
-
 /// The bandit observation of a feedback row: accepted or applied → 1, rejected → 0, less the
-/// prior mean a priced model candidate was ranked with (the shared model learns the residual:
-/// the prior already holds what the learned grader expected, so the answer is news only in how
-/// far it differs).
+/// prior mean a priced model candidate was ranked with (`engine::learning_reward`).
 fn observation_of(row: &LearnableFeedback) -> Option<Observation> {
     let accepted = match FeedbackOutcome::parse(&row.outcome)? {
         FeedbackOutcome::Accepted | FeedbackOutcome::Applied => true,
@@ -575,15 +531,13 @@ fn observation_of(row: &LearnableFeedback) -> Option<Observation> {
         .iter()
         .map(|v| f64::from(*v))
         .collect();
-    let mut observation = Observation::binary(
-        format!("{}/{}", row.event_id, row.recommendation_id),
-        timestamp_s(row.decided_at),
+    Some(Observation {
+        id: format!("{}/{}", row.event_id, row.recommendation_id),
+        timestamp_s: timestamp_s(row.decided_at),
         context,
         candidate,
-        accepted,
-    );
-    observation.reward -= row.prior_mean.unwrap_or(0.0);
-    Some(observation)
+        reward: learning_reward(accepted, row.prior_mean),
+    })
 }
 
 fn timestamp_s(t: DateTime<Utc>) -> f64 {
