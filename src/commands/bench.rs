@@ -27,6 +27,11 @@ pub enum BenchCommand {
     /// p50/p99 latency of POST /v1/recommendations at fixed request rates (server and load in
     /// separate processes), the highest sustained rate and the server's peak memory.
     Serve(crate::commands::bench_serve::BenchServeArgs),
+    /// The platform plan's headline on the synthetic world: served top-1 true acceptance with
+    /// heuristic candidates alone and with each model's candidates beside them (`--arm
+    /// NAME=FILE` from `arc-rec candidates --out`), against random order of the heuristic
+    /// candidates and the menu oracles; the first rounds (cold start) and the last quarter.
+    Pipeline(crate::commands::bench_pipeline::BenchPipelineArgs),
     /// Open-loop HTTP load at a fixed rate against a running server (one JSON line of results).
     Load(crate::commands::load::LoadArgs),
     /// Generation (batch 1, k samples), LoRA training-step and RL-step (generate k + one
@@ -79,6 +84,7 @@ pub async fn run(command: &BenchCommand, database: &Database) -> anyhow::Result<
         BenchCommand::Export(args) => bench_export(args, database).await,
         BenchCommand::Bandit(args) => bench_bandit(args, database).await,
         BenchCommand::Serve(args) => crate::commands::bench_serve::run(args, database).await,
+        BenchCommand::Pipeline(args) => crate::commands::bench_pipeline::run(args, database).await,
         // A pure client; `main` runs it without opening a database.
         BenchCommand::Load(_) => anyhow::bail!("`bench load` needs no database"),
         BenchCommand::PaperBandit(_) => anyhow::bail!("`bench paper-bandit` needs no database"),

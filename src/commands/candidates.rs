@@ -18,8 +18,8 @@ use super::DatabaseArgs;
 use super::learned_grader_fit::{FitOn, fit_learned_grader};
 use crate::domain::CandidateSource;
 use crate::rft::model_candidates::{
-    ClusterCandidates, Harvest, ServingContext, StoredCandidate, harvest, merge_clusters,
-    serving_contexts,
+    ClusterCandidates, Harvest, ServingContext, StoredCandidate, candidate_lines, harvest,
+    merge_clusters, serving_contexts,
 };
 use crate::rft::{Grader, LearnedGrader, RftDataset, RftPrompt};
 use crate::storage::candidate_stats::{SavedCandidates, save_model_candidates_by_cluster};
@@ -80,6 +80,11 @@ pub struct CandidatesArgs {
     /// feedback).
     #[arg(long, value_enum, default_value_t = PriorChoice::Learned)]
     pub prior: PriorChoice,
+    /// Write the candidates to this JSON-lines file instead of the database (one line per
+    /// organization's candidate: `org`, `cluster`, `candidate`), e.g. one file per model for
+    /// `arc-rec bench pipeline --arm NAME=FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
 /// Where a model candidate's serving prior comes from.
@@ -272,6 +277,25 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         .unwrap_or_else(|_| settings.model.clone())
         .display()
         .to_string();
+    for (org, rows) in &rows {
+        let summary = summaries.entry(org.as_str()).or_default();
+        summary.rows = rows.len();
+        summary.for_cluster = rows.iter().filter(|(c, _)| c.is_some()).count();
+    }
+    if let Some(out) = &args.out {
+        let text = candidate_lines(&rows)?;
+        crate::training::run_dir::write_atomically(out, text.as_bytes())
+            .with_context(|| format!("--out {}", out.display()))?;
+        print_summary(&summaries);
+        println!(
+            "wrote {} candidates of model version {run_id} to {} in {:.1} s ({:.1} s generating)",
+            rows.values().map(Vec::len).sum::<usize>(),
+            out.display(),
+            started.elapsed().as_secs_f64(),
+            generation_seconds
+        );
+        return Ok(());
+    }
     let saved: BTreeMap<String, SavedCandidates> = {
         let (rows, run_id) = (rows.clone(), run_id.clone());
         super::with_database(database, |pool| async move {
@@ -287,11 +311,10 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         })
         .await?
     };
-    for (org, rows) in &rows {
-        let summary = summaries.entry(org.as_str()).or_default();
-        summary.rows = rows.len();
-        summary.for_cluster = rows.iter().filter(|(c, _)| c.is_some()).count();
-        summary.saved = saved.get(org).copied().unwrap_or_default();
+    for (org, saved) in saved {
+        if let Some(summary) = summaries.get_mut(org.as_str()) {
+            summary.saved = saved;
+        }
     }
     print_summary(&summaries);
     if !errors.is_empty() {

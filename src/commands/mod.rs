@@ -5,6 +5,7 @@ pub mod bench;
 #[cfg(feature = "rft")]
 pub mod bench_model;
 pub mod bench_paper_bandit;
+pub mod bench_pipeline;
 pub mod bench_serve;
 #[cfg(feature = "rft")]
 pub mod candidates;

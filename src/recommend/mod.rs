@@ -7,5 +7,6 @@ pub mod decision_writer;
 pub mod engine;
 pub mod features;
 pub mod ope;
+pub mod pipeline_bench;
 pub mod placement;
 pub mod service;

@@ -185,6 +185,89 @@ pub fn merge_clusters(
     rows
 }
 
+/// One line of a candidates file (`arc-rec candidates --out`, read by `arc-rec bench pipeline`):
+/// a stored candidate of one organization, as the database would hold it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CandidateLine {
+    pub org: String,
+    /// The failure cluster it was generated for (`None`: any).
+    pub cluster: Option<String>,
+    pub candidate: Candidate,
+}
+
+/// Why a candidates file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CandidateFileError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: not a candidate line of `arc-rec candidates --out`: {message}")]
+    Line {
+        path: String,
+        line: usize,
+        message: String,
+    },
+}
+
+/// Reads a candidates file into each organization's candidates, in file order.
+pub fn read_candidate_lines(
+    path: &std::path::Path,
+) -> Result<BTreeMap<String, Vec<StoredCandidate>>, CandidateFileError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| CandidateFileError::Io {
+        path: shown.clone(),
+        source,
+    })?;
+    let mut orgs: BTreeMap<String, Vec<StoredCandidate>> = BTreeMap::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let parsed: CandidateLine =
+            serde_json::from_str(line).map_err(|e| CandidateFileError::Line {
+                path: shown.clone(),
+                line: i + 1,
+                message: e.to_string(),
+            })?;
+        if parsed.candidate.candidate_id
+            != Candidate::id_for(parsed.candidate.recommendation_type, &parsed.candidate.diff)
+        {
+            return Err(CandidateFileError::Line {
+                path: shown,
+                line: i + 1,
+                message: "candidate_id does not match its type and diff".into(),
+            });
+        }
+        orgs.entry(parsed.org)
+            .or_default()
+            .push((parsed.cluster, parsed.candidate));
+    }
+    Ok(orgs)
+}
+
+/// Writes each organization's candidates as [`CandidateLine`]s.
+pub fn candidate_lines(
+    rows: &BTreeMap<String, Vec<StoredCandidate>>,
+) -> Result<String, serde_json::Error> {
+    let mut out = String::new();
+    for (org, candidates) in rows {
+        for (cluster, candidate) in candidates {
+            let line = CandidateLine {
+                org: org.clone(),
+                cluster: cluster.clone(),
+                candidate: candidate.clone(),
+            };
+            out.push_str(&serde_json::to_string(&line)?);
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};

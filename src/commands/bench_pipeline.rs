@@ -1,0 +1,269 @@
+//! `arc-rec bench pipeline`: served top-1 true acceptance on the synthetic world with heuristic
+//! candidates alone and with each model's candidates beside them (`recommend::pipeline_bench`),
+//! against random order of the heuristic candidates and the menu oracles. The database holds the
+//! world's history (`arc-rec simulate` with the same seed and outcomes, clustered or not); each
+//! arm's model candidates come from a file `arc-rec candidates --out` wrote.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use crate::candidates::CandidateIndex;
+use crate::clustering::ClusterModel;
+use crate::plot::{Panel, Series, write_png};
+use crate::recommend::pipeline_bench::{
+    ArmKind, ModelMenu, OrgData, PipelineConfig, PipelineReport, run as run_bench,
+};
+use crate::rft::model_candidates::read_candidate_lines;
+use crate::storage::Database;
+use crate::world::{Environment, World, WorldParams};
+
+/// Most model arms in one run.
+const MAX_ARMS: usize = 6;
+
+/// Arguments of `arc-rec bench pipeline`.
+#[derive(Debug, Args)]
+pub struct BenchPipelineArgs {
+    /// Seed of the world whose history the database holds (`arc-rec simulate --seed`): its
+    /// hidden truth answers and scores every arm.
+    #[arg(long, default_value_t = 1)]
+    pub world_seed: u64,
+    /// Outcomes of that history (`arc-rec simulate --outcomes`).
+    #[arg(long, default_value_t = 20_000)]
+    pub world_outcomes: usize,
+    /// A model arm, NAME=FILE: heuristics plus the candidates `arc-rec candidates --out FILE`
+    /// wrote (repeat for several models, at most 6).
+    #[arg(long = "arm", value_name = "NAME=FILE")]
+    pub arms: Vec<String>,
+    /// Rounds of simulated platform traffic (one context, one shown top-1, one answer each).
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub rounds: u64,
+    /// Seed of the traffic (contexts, answers, the bandits' draws).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The first rounds reported apart (cold start).
+    #[arg(long, default_value_t = 500)]
+    pub cold_start: u64,
+    /// Feedback reaches the bandit in batches of this many rounds.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub feedback_batch: u64,
+    /// Write a PNG of each arm's true acceptance over rounds here.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `NAME=FILE` arms, checked.
+fn parse_arms(specs: &[String]) -> anyhow::Result<Vec<(String, PathBuf)>> {
+    if specs.len() > MAX_ARMS {
+        bail!("--arm: at most {MAX_ARMS} model arms, got {}", specs.len());
+    }
+    let mut arms: Vec<(String, PathBuf)> = Vec::new();
+    for spec in specs {
+        let Some((name, file)) = spec.split_once('=') else {
+            bail!("--arm {spec:?}: expected NAME=FILE");
+        };
+        let name = name.trim();
+        if name.is_empty() || file.trim().is_empty() {
+            bail!("--arm {spec:?}: expected NAME=FILE with a name and a file");
+        }
+        if arms.iter().any(|(n, _)| n == name) {
+            bail!("--arm {name}: the name is used twice");
+        }
+        arms.push((name.to_owned(), PathBuf::from(file.trim())));
+    }
+    Ok(arms)
+}
+
+/// Runs `arc-rec bench pipeline`.
+pub async fn run(args: &BenchPipelineArgs, database: &Database) -> anyhow::Result<()> {
+    let arms = parse_arms(&args.arms)?;
+    let mut menus = Vec::with_capacity(arms.len());
+    for (name, file) in &arms {
+        let candidates = read_candidate_lines(file).with_context(|| format!("--arm {name}"))?;
+        menus.push(ModelMenu {
+            name: name.clone(),
+            candidates: candidates.into_iter().collect(),
+        });
+    }
+    let world = World::new(WorldParams {
+        seed: args.world_seed,
+        outcomes: args.world_outcomes,
+        ..WorldParams::default()
+    })
+    .context("--world-seed / --world-outcomes")?;
+    let orgs_of_world = world.params().orgs.clone();
+    let pool = database.pool();
+    let unknown = crate::storage::training_runs::unknown_orgs(pool, &orgs_of_world).await?;
+    if !unknown.is_empty() {
+        bail!(
+            "the database lacks organization(s) {} of world {}: load its history first (`arc-rec simulate --seed {} --outcomes {}`)",
+            unknown.join(", "),
+            args.world_seed,
+            args.world_seed,
+            args.world_outcomes
+        );
+    }
+    let mut orgs = HashMap::new();
+    for org in &orgs_of_world {
+        let index = CandidateIndex::load(pool, org).await?;
+        let clusters = crate::storage::clusters::load_model(pool, org)
+            .await?
+            .map(ClusterModel::from_stored)
+            .transpose()
+            .with_context(|| format!("the clustering model of {org}"))?;
+        orgs.insert(org.clone(), OrgData { index, clusters });
+    }
+    for menu in &menus {
+        let strangers: Vec<&str> = menu
+            .candidates
+            .keys()
+            .filter(|org| !orgs.contains_key(*org))
+            .map(String::as_str)
+            .collect();
+        if !strangers.is_empty() {
+            eprintln!(
+                "--arm {}: candidates of organization(s) {} outside world {} are not used",
+                menu.name,
+                strangers.join(", "),
+                args.world_seed
+            );
+        }
+    }
+    let config = PipelineConfig {
+        rounds: usize::try_from(args.rounds)?,
+        seed: args.seed,
+        feedback_batch: usize::try_from(args.feedback_batch)?,
+        cold_start: usize::try_from(args.cold_start)?,
+        policy: crate::recommend::features::policy_config(),
+        curve_points: 50,
+    };
+    let started = Instant::now();
+    let report = tokio::task::spawn_blocking(move || {
+        let environment = Environment::new(&world);
+        run_bench(&environment, &orgs, &menus, &config)
+    })
+    .await??;
+    if let Some(path) = &args.plot {
+        plot(&report, path)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
+    print_table(&report, started.elapsed().as_secs_f64());
+    if let Some(path) = &args.plot {
+        println!("acceptance over rounds: {}", path.display());
+    }
+    Ok(())
+}
+
+fn print_table(report: &PipelineReport, seconds: f64) {
+    println!(
+        "{} rounds (traffic seed {}), {:.1} heuristic candidates per context, {} rounds unplaced; true acceptance of the shown top-1 ({:.0} s)",
+        report.rounds,
+        report.seed,
+        report.mean_heuristic_candidates,
+        report.unplaced_rounds,
+        seconds
+    );
+    let random = report
+        .arms
+        .iter()
+        .find(|a| a.kind == ArmKind::Random)
+        .map_or(f64::NAN, |a| a.last_quarter);
+    let heuristics = report
+        .arms
+        .iter()
+        .find(|a| a.kind == ArmKind::Thompson)
+        .map_or(f64::NAN, |a| a.last_quarter);
+    println!(
+        "{:<30} {:>10} {:>12} {:>9} {:>9} {:>11} {:>11} {:>11} {:>6}",
+        "arm",
+        format!("first {}", report.cold_start_rounds),
+        "last quarter",
+        "x random",
+        "vs (a)",
+        "model share",
+        "model picks",
+        "heur. picks",
+        "errors"
+    );
+    let or_dash = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"));
+    for a in &report.arms {
+        println!(
+            "{:<30} {:>10.3} {:>12.3} {:>9.2} {:>+9.3} {:>11.3} {:>11} {:>11} {:>6}",
+            a.arm,
+            a.cold_start,
+            a.last_quarter,
+            a.last_quarter / random,
+            a.last_quarter - heuristics,
+            a.model_share_last_quarter,
+            or_dash(a.model_pick_acceptance),
+            or_dash(a.heuristic_pick_acceptance),
+            a.errors
+        );
+    }
+    println!(
+        "model share / picks: last quarter ({} rounds); vs (a): last quarter minus the heuristics-only bandit's",
+        report.last_quarter_rounds
+    );
+}
+
+/// Two panels: the bandit arms with random order, and the menu oracles.
+fn plot(report: &PipelineReport, path: &std::path::Path) -> anyhow::Result<()> {
+    let series = |oracles: bool| {
+        report
+            .arms
+            .iter()
+            .filter(|a| (a.kind == ArmKind::Oracle) == oracles)
+            .map(|a| Series {
+                name: a.arm.clone(),
+                points: a.curve.clone(),
+            })
+            .collect()
+    };
+    let panel = |title: &str, series| Panel {
+        title: title.to_owned(),
+        x_label: "round".into(),
+        y_label: "true acceptance of the shown top-1".into(),
+        series,
+    };
+    write_png(
+        path,
+        &[
+            panel("served (Thompson sampling) and random order", series(false)),
+            panel("menu oracles", series(true)),
+        ],
+        2,
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arms_are_name_equals_file_with_unique_names() {
+        let arms = parse_arms(&["warm=a.jsonl".into(), "rl = b.jsonl".into()]).unwrap();
+        assert_eq!(arms[1], ("rl".to_owned(), PathBuf::from("b.jsonl")));
+        for (bad, message) in [
+            (vec!["nofile".to_owned()], "expected NAME=FILE"),
+            (vec!["=x".to_owned()], "with a name and a file"),
+            (vec!["a=x".to_owned(), "a=y".to_owned()], "used twice"),
+            (
+                (0..7).map(|i| format!("a{i}=x")).collect(),
+                "at most 6 model arms",
+            ),
+        ] {
+            let error = parse_arms(&bad).unwrap_err().to_string();
+            assert!(error.contains(message), "{bad:?}: {error}");
+        }
+    }
+}
