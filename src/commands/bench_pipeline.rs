@@ -215,13 +215,14 @@ fn print_table(report: &PipelineReport, seconds: f64) {
     );
 }
 
-/// Two panels: the bandit arms with random order, and the menu oracles.
+/// Two panels: the bandit arms, and the menu oracles; random order in both, so each menu has
+/// the same colour in both panels.
 fn plot(report: &PipelineReport, path: &std::path::Path) -> anyhow::Result<()> {
     let series = |oracles: bool| {
         report
             .arms
             .iter()
-            .filter(|a| (a.kind == ArmKind::Oracle) == oracles)
+            .filter(|a| a.kind == ArmKind::Random || (a.kind == ArmKind::Oracle) == oracles)
             .map(|a| Series {
                 name: a.arm.clone(),
                 points: a.curve.clone(),
@@ -238,7 +239,7 @@ fn plot(report: &PipelineReport, path: &std::path::Path) -> anyhow::Result<()> {
         path,
         &[
             panel("served (Thompson sampling) and random order", series(false)),
-            panel("menu oracles", series(true)),
+            panel("menu oracles (and random order)", series(true)),
         ],
         2,
     )?;

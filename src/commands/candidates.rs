@@ -46,7 +46,7 @@ pub struct CandidatesArgs {
     #[arg(long, value_name = "RUN_DIR")]
     pub run: PathBuf,
     /// Which of the run's models writes the candidates: `rl` (the warm-up model with RL's
-    /// adapter; model version = the run id), `warm-up` (version `<run id>-warmup`) or `base`
+    /// adapter; model version = the run id), `warmup` (version `<run id>-warmup`) or `base`
     /// (version `<run id>-base`), e.g. to compare what RL adds in `arc-rec bench pipeline`.
     #[arg(long, value_enum, default_value_t = RunModel::Rl)]
     pub model: RunModel,
