@@ -27,7 +27,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
-echo "== python scripts' tests (the experiment table's bootstrap)"
+echo "== python scripts' tests (the experiment tables' bootstraps)"
 .venv/bin/python scripts/test_rft_experiment_table.py
+.venv/bin/python scripts/test_pipeline_table.py
 echo "== cargo build --no-default-features (service without libtorch)"
 cargo build --no-default-features --locked --bin arc-rec

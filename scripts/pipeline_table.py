@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""The table of scripts/pipeline-experiment.sh: `arc-rec bench pipeline` reports over model
+seeds (the RL runs' training seeds) and traffic seeds, averaged, with paired bootstrap intervals.
+
+    pipeline_table.py PIPELINE_DIR [--window last_quarter|cold_start] [--json]
+
+Reads PIPELINE_DIR/s{seed}-t{traffic}.json (`bench pipeline --json`). For every arm, the mean over
+(model seed, traffic seed) cells of its true acceptance in the window; each comparison with the
+heuristics-only bandit "(a) heuristics" or random order is paired on the same cells. Intervals:
+a cluster bootstrap (10,000 resamples) that draws model seeds with replacement, then each drawn
+seed's traffic seeds with replacement, so both the spread between trained models and between
+traffic draws count; 2.5% and 97.5% percentiles. Seeded, so reproducible.
+"""
+import argparse
+import json
+import random
+import re
+import sys
+from pathlib import Path
+
+RESAMPLES = 10_000
+SEED = 20261126
+BASE = "(a) heuristics"
+RANDOM = "random heuristic order"
+
+
+def load(directory):
+    """{(model seed, traffic seed): report} from the directory's s{m}-t{t}.json files."""
+    cells = {}
+    for path in sorted(Path(directory).glob("s*-t*.json")):
+        match = re.fullmatch(r"s(\d+)-t(\d+)\.json", path.name)
+        if match:
+            cells[(int(match[1]), int(match[2]))] = json.loads(path.read_text())
+    return cells
+
+
+def grid(cells, arm, field):
+    """{model seed: [value per traffic seed]} of one arm's field (cells lacking the arm skipped)."""
+    out = {}
+    for (m, _t), report in sorted(cells.items()):
+        for a in report["arms"]:
+            if a["arm"] == arm and a.get(field) is not None:
+                out.setdefault(m, []).append(a[field])
+    return out
+
+
+def mean(values):
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+def grid_mean(g):
+    return mean(v for vs in g.values() for v in vs)
+
+
+def bootstrap(statistic, seeds, rng):
+    """Percentile interval of statistic(draw) over cluster resamples of the model seeds (a draw is
+    a list of (seed, traffic indices))."""
+    values = []
+    for _ in range(RESAMPLES):
+        draw = [rng.choice(seeds) for _ in seeds]
+        values.append(statistic(draw))
+    values.sort()
+    return values[int(0.025 * RESAMPLES)], values[int(0.975 * RESAMPLES) - 1]
+
+
+def paired(first, second, rng):
+    """Mean of first − second over the shared cells, with its cluster-bootstrap interval."""
+    seeds = sorted(set(first) & set(second))
+    diffs = {s: [a - b for a, b in zip(first[s], second[s])] for s in seeds}
+    if not seeds:
+        return float("nan"), float("nan"), float("nan")
+
+    def statistic(draw):
+        picks = []
+        for s in draw:
+            d = diffs[s]
+            picks.extend(d[rng.randrange(len(d))] for _ in d)
+        return mean(picks)
+
+    lo, hi = bootstrap(statistic, seeds, rng)
+    return grid_mean(diffs), lo, hi
+
+
+def table(cells, window):
+    rng = random.Random(SEED)
+    arms = [a["arm"] for a in next(iter(cells.values()))["arms"]]
+    base = grid(cells, BASE, window)
+    rand = grid(cells, RANDOM, window)
+    rows = []
+    for arm in arms:
+        g = grid(cells, arm, window)
+        share = grid_mean(grid(cells, arm, "model_share_last_quarter"))
+        model_picks = grid(cells, arm, "model_pick_acceptance")
+        heuristic_picks = grid(cells, arm, "heuristic_pick_acceptance")
+        row = {
+            "arm": arm,
+            "seeds": len(g),
+            "cells": sum(len(v) for v in g.values()),
+            "acceptance": grid_mean(g),
+            "vs_a": paired(g, base, rng) if arm != BASE else None,
+            "x_random": grid_mean(g) / grid_mean(rand),
+            "model_share": share,
+            "model_picks": grid_mean(model_picks) if model_picks else None,
+            "heuristic_picks": grid_mean(heuristic_picks) if heuristic_picks else None,
+            "model_minus_heuristic_picks": (
+                paired(model_picks, heuristic_picks, rng) if model_picks and heuristic_picks else None
+            ),
+            "errors": sum(
+                a["errors"] for r in cells.values() for a in r["arms"] if a["arm"] == arm
+            ),
+        }
+        rows.append(row)
+    return rows
+
+
+def fmt(interval):
+    if interval is None:
+        return "-"
+    point, lo, hi = interval
+    return f"{point:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("directory")
+    parser.add_argument("--window", choices=["last_quarter", "cold_start"], default="last_quarter")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    cells = load(args.directory)
+    if not cells:
+        sys.exit(f"{args.directory}: no s<seed>-t<traffic>.json reports")
+    rows = table(cells, args.window)
+    if args.json:
+        print(json.dumps(rows))
+        return
+    seeds = sorted({m for m, _ in cells})
+    traffic = sorted({t for _, t in cells})
+    print(f"window: {args.window}; model seeds {seeds}, traffic seeds {traffic}; true acceptance of the shown top-1")
+    print(f"{'arm':<28} {'cells':>5} {'acceptance':>10} {'vs (a) [95% CI]':>26} {'x random':>8} "
+          f"{'model share':>11} {'model picks':>11} {'heur. picks':>11} {'model − heur. [95% CI]':>26} {'errors':>6}")
+    for r in rows:
+        opt = lambda v: "-" if v is None else f"{v:.3f}"
+        print(f"{r['arm']:<28} {r['cells']:>5} {r['acceptance']:>10.3f} {fmt(r['vs_a']):>26} "
+              f"{r['x_random']:>8.2f} {r['model_share']:>11.3f} {opt(r['model_picks']):>11} "
+              f"{opt(r['heuristic_picks']):>11} {fmt(r['model_minus_heuristic_picks']):>26} {r['errors']:>6}")
+
+
+if __name__ == "__main__":
+    main()

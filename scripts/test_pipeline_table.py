@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Tests of scripts/pipeline_table.py on hand-made `bench pipeline --json` reports.
+
+    python3 scripts/test_pipeline_table.py
+"""
+import json
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pipeline_table as table  # noqa: E402
+
+table.RESAMPLES = 2000
+
+
+def arm(name, last, share=0.0, model=None, heuristic=None):
+    return {"arm": name, "last_quarter": last, "cold_start": last / 2, "errors": 0,
+            "model_share_last_quarter": share, "model_pick_acceptance": model,
+            "heuristic_pick_acceptance": heuristic}
+
+
+def write_reports(directory, rng, gain=0.05):
+    """Five model seeds × three traffic seeds; the model arm is (a) + gain + noise."""
+    for m in range(1, 6):
+        level = rng.gauss(0.0, 0.01)
+        for t in range(1, 4):
+            base = 0.5 + rng.gauss(0.0, 0.01)
+            report = {"arms": [
+                arm("random heuristic order", 0.25),
+                arm("(a) heuristics", base, heuristic=base),
+                arm("+ rl", base + gain + level + rng.gauss(0.0, 0.005), 0.5, 0.6, 0.5),
+            ]}
+            (Path(directory) / f"s{m}-t{t}.json").write_text(json.dumps(report))
+
+
+def test_means_ratios_and_paired_intervals():
+    with tempfile.TemporaryDirectory() as d:
+        write_reports(d, random.Random(1))
+        (Path(d) / "notes.json").write_text("{}")  # not a report: ignored
+        rows = {r["arm"]: r for r in table.table(table.load(d), "last_quarter")}
+        rl = rows["+ rl"]
+        assert rl["cells"] == 15 and rl["seeds"] == 5
+        point, lo, hi = rl["vs_a"]
+        assert abs(point - 0.05) < 0.015 and lo < point < hi, rl["vs_a"]
+        assert lo > 0.0
+        assert abs(rows["random heuristic order"]["x_random"] - 1.0) < 1e-12
+        assert abs(rl["x_random"] - rl["acceptance"] / 0.25) < 1e-12
+        diff, lo, hi = rl["model_minus_heuristic_picks"]
+        assert abs(diff - 0.1) < 1e-9 and lo <= diff <= hi
+        assert rows["(a) heuristics"]["vs_a"] is None
+        assert rows["(a) heuristics"]["model_minus_heuristic_picks"] is None
+
+
+def test_no_gain_gives_an_interval_around_zero():
+    with tempfile.TemporaryDirectory() as d:
+        write_reports(d, random.Random(2), gain=0.0)
+        rl = {r["arm"]: r for r in table.table(table.load(d), "last_quarter")}["+ rl"]
+        _, lo, hi = rl["vs_a"]
+        assert lo < 0.0 < hi, rl["vs_a"]
+
+
+if __name__ == "__main__":
+    for name, test in sorted(globals().items()):
+        if name.startswith("test_") and callable(test):
+            test()
+            print(f"ok {name}")
