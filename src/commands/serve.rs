@@ -6,7 +6,8 @@ use clap::Args;
 use crate::api::state::AppState;
 use crate::api::{Application, DEFAULT_BODY_LIMIT, ServerSettings};
 use crate::auth::KeyCache;
-use crate::recommend::service::Serving;
+use crate::recommend::exposure::ExposureCap;
+use crate::recommend::service::{Serving, ServingOptions};
 use crate::storage::Database;
 
 /// Arguments of `arc-rec serve`.
@@ -21,6 +22,14 @@ pub struct ServeArgs {
     /// Largest accepted request body in bytes (larger bodies get 413).
     #[arg(long, default_value_t = DEFAULT_BODY_LIMIT)]
     pub body_limit: usize,
+    /// Until a model version has --new-version-feedbacks answers, its candidates head at most
+    /// this share of an organization's decisions (0–1; 1 turns the cap off); a version over its
+    /// share sits a decision out, and the decision logs it in `capped_versions`.
+    #[arg(long, default_value_t = ExposureCap::default().share)]
+    pub new_version_share: f64,
+    /// Answers after which a model version is no longer new (see --new-version-share).
+    #[arg(long, default_value_t = ExposureCap::default().feedbacks)]
+    pub new_version_feedbacks: u64,
 }
 
 /// Serves until SIGINT or SIGTERM, then drains in-flight requests.
@@ -41,7 +50,12 @@ pub async fn run(
         }
         None => None,
     };
-    let serving = Serving::start(database.pool().clone())
+    let exposure_cap = ExposureCap {
+        share: args.new_version_share,
+        feedbacks: args.new_version_feedbacks,
+    };
+    exposure_cap.validate().map_err(anyhow::Error::msg)?;
+    let serving = Serving::start_with(database.pool().clone(), ServingOptions { exposure_cap })
         .await
         .context("cannot load the serving state")?;
     let state = AppState {

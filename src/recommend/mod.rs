@@ -5,6 +5,7 @@ pub mod benchmark;
 pub mod candidate_log;
 pub mod decision_writer;
 pub mod engine;
+pub mod exposure;
 pub mod features;
 pub mod ope;
 pub mod pipeline_bench;

@@ -24,6 +24,7 @@ use uuid::Uuid;
 use super::candidate_log::{self, CandidateEntry, CandidateLogError};
 use super::decision_writer::{DecisionWriteError, DecisionWriter};
 use super::engine::{RecommendError, RecommendInput, Shown, learning_reward, prepare, rank};
+use super::exposure::{Exposure, ExposureCap};
 use super::features::{layout, policy_config};
 use super::placement::{PlacementError, place};
 use crate::candidates::{CandidateIndex, FailureObservation, provider_of};
@@ -35,7 +36,8 @@ use crate::storage::candidate_stats::{
 };
 use crate::storage::decisions::{
     DecisionItemRecord, DecisionRecord, FeedbackOutcome, FeedbackRecord, FeedbackStored,
-    LearnableFeedback, failures_of_outcomes, feedback_for, feedback_since, insert_feedback,
+    LearnableFeedback, exposure_counts, failures_of_outcomes, feedback_for, feedback_since,
+    insert_feedback,
 };
 
 /// How often replicas look for each other's feedback and for new model candidates.
@@ -132,12 +134,23 @@ struct OrgServing {
     /// Answers learned about each priced model candidate (by candidate id): what shrinks its
     /// prior's exploration (`engine::prior_offset`).
     prior_answers: RwLock<HashMap<String, u32>>,
+    /// Decisions headed by each model version and answers about its candidates (the exposure
+    /// cap on new versions).
+    exposure: Mutex<Exposure>,
     learner: mpsc::UnboundedSender<Observation>,
+}
+
+/// How serving runs (beyond the database).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ServingOptions {
+    /// The exposure cap on new model versions.
+    pub exposure_cap: ExposureCap,
 }
 
 /// The serving state of every organization.
 pub struct Serving {
     pool: PgPool,
+    options: ServingOptions,
     writer: DecisionWriter,
     policy_version: String,
     orgs: RwLock<HashMap<String, Arc<OrgServing>>>,
@@ -169,11 +182,20 @@ pub fn policy_version() -> String {
 }
 
 impl Serving {
+    /// [`Serving::start_with`] the default options.
+    pub async fn start(pool: PgPool) -> Result<Arc<Self>, ServeError> {
+        Self::start_with(pool, ServingOptions::default()).await
+    }
+
     /// Loads every organization's statistics and cluster model, rebuilds the bandit from all
     /// stored feedback, and starts the learners and the feedback poller.
-    pub async fn start(pool: PgPool) -> Result<Arc<Self>, ServeError> {
+    pub async fn start_with(
+        pool: PgPool,
+        options: ServingOptions,
+    ) -> Result<Arc<Self>, ServeError> {
         let serving = Arc::new(Self {
             writer: DecisionWriter::spawn(pool.clone()),
+            options,
             pool,
             policy_version: policy_version(),
             orgs: RwLock::new(HashMap::new()),
@@ -213,6 +235,17 @@ impl Serving {
             return Ok(state);
         }
         let (index, clusters, model_candidates) = self.load_org(org).await?;
+        // Answers are counted as feedback is learned (the start-up replay included); decisions
+        // and what headed them come from the log.
+        let (decisions, headed) = exposure_counts(&self.pool, org).await?;
+        let exposure = Exposure::new(
+            u64::try_from(decisions).unwrap_or(0),
+            headed
+                .into_iter()
+                .map(|(version, n)| (version, u64::try_from(n).unwrap_or(0)))
+                .collect(),
+            HashMap::new(),
+        );
         let mut policy =
             ThompsonPolicy::new(layout(), policy_config()).map_err(RecommendError::from)?;
         policy.refresh_bank_seeded(rand::rng().random());
@@ -223,6 +256,7 @@ impl Serving {
             clusters: RwLock::new(clusters.map(Arc::new)),
             model_candidates: RwLock::new(Arc::new(model_candidates)),
             prior_answers: RwLock::new(HashMap::new()),
+            exposure: Mutex::new(exposure),
             learner: sender,
         });
         tokio::spawn(learn_loop(
@@ -338,7 +372,7 @@ impl Serving {
         };
         let index = state.index.read().map_err(|_| poisoned())?.clone();
         let cluster = placement.as_ref().map(|p| p.cluster_id.as_str());
-        let model_candidates: Vec<Candidate> = state
+        let mut model_candidates: Vec<Candidate> = state
             .model_candidates
             .read()
             .map_err(|_| poisoned())?
@@ -346,6 +380,19 @@ impl Serving {
             .filter(|(for_cluster, _)| for_cluster.is_none() || for_cluster.as_deref() == cluster)
             .map(|(_, c)| c.clone())
             .collect();
+        let capped_versions = state.exposure.lock().map_err(|_| poisoned())?.capped(
+            &self.options.exposure_cap,
+            model_candidates
+                .iter()
+                .filter_map(|c| c.source.model_version_id()),
+        );
+        if !capped_versions.is_empty() {
+            model_candidates.retain(|c| {
+                c.source
+                    .model_version_id()
+                    .is_none_or(|v| !capped_versions.iter().any(|capped| capped == v))
+            });
+        }
         let input = RecommendInput {
             current_config: query.current_config.clone(),
             failures,
@@ -369,6 +416,16 @@ impl Serving {
         // Time-ordered (v7): the decision log's keys then grow at the right edge of their
         // B-trees, so an insert touches the same few hot pages instead of a random leaf (which,
         // after each checkpoint, costs an 8 kB full-page image in the WAL per insert).
+        state
+            .exposure
+            .lock()
+            .map_err(|_| poisoned())?
+            .record_decision(
+                output
+                    .shown
+                    .first()
+                    .and_then(|s| s.candidate.source.model_version_id()),
+            );
         let event_id = Uuid::now_v7();
         let cluster_id = placement.map(|p| p.cluster_id);
         let served: Vec<Served> = output
@@ -395,6 +452,7 @@ impl Serving {
             context_features: output.context.iter().map(|v| *v as f32).collect(),
             user_role: query.user_role,
             domain: query.domain,
+            capped_versions,
             items: served
                 .iter()
                 .map(|s| DecisionItemRecord {
@@ -465,6 +523,13 @@ impl Serving {
             }
         }
         let state = self.org(&row.org_id).await?;
+        if let Some(version) = &row.model_version_id {
+            state
+                .exposure
+                .lock()
+                .map_err(|_| poisoned())?
+                .record_answer(version);
+        }
         if row.prior_mean.is_some() {
             let mut answers = state.prior_answers.write().map_err(|_| poisoned())?;
             *answers

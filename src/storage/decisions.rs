@@ -32,6 +32,8 @@ pub struct DecisionRecord {
     pub context_features: Vec<f32>,
     pub user_role: Option<String>,
     pub domain: Option<String>,
+    /// Model versions left out of this decision by the exposure cap on new versions.
+    pub capped_versions: Vec<String>,
     pub items: Vec<DecisionItemRecord>,
 }
 
@@ -75,6 +77,7 @@ pub async fn insert_decisions(
         context_features: &'a [f32],
         user_role: Option<&'a str>,
         domain: Option<&'a str>,
+        capped_versions: Option<&'a [String]>,
     }
     #[derive(serde::Serialize)]
     struct ItemRow<'a> {
@@ -108,6 +111,7 @@ pub async fn insert_decisions(
             context_features: &d.context_features,
             user_role: d.user_role.as_deref(),
             domain: d.domain.as_deref(),
+            capped_versions: (!d.capped_versions.is_empty()).then_some(&d.capped_versions[..]),
         })
         .collect();
     let items: Vec<ItemRow<'_>> = decisions
@@ -138,13 +142,14 @@ pub async fn insert_decisions(
         "WITH logged AS (
              INSERT INTO decision_log (org_id, event_id, created_at, policy_version, seed, cluster_id,
                                        context, context_embedding, candidate_set, context_features,
-                                       user_role, domain)
+                                       user_role, domain, capped_versions)
              SELECT org_id, event_id, created_at, policy_version, seed, cluster_id, context,
-                    context_embedding, candidate_set, context_features, user_role, domain
+                    context_embedding, candidate_set, context_features, user_role, domain,
+                    capped_versions
              FROM jsonb_to_recordset($1) AS r(org_id text, event_id uuid, created_at timestamptz,
                   policy_version text, seed bigint, cluster_id text, context jsonb,
                   context_embedding real[], candidate_set bytea,
-                  context_features real[], user_role text, domain text)
+                  context_features real[], user_role text, domain text, capped_versions text[])
          )
          INSERT INTO decision_items (org_id, event_id, recommendation_id, position, recommendation_type,
                                      model_provider, diff, score, propensity, candidate_features,
@@ -162,6 +167,29 @@ pub async fn insert_decisions(
     .await
     .context("insert decision batch")?;
     Ok(())
+}
+
+/// An organization's decisions so far, and per model version the decisions whose first item
+/// was its candidate (what the exposure cap on new versions starts from).
+pub async fn exposure_counts(
+    pool: &PgPool,
+    org: &str,
+) -> Result<(i64, Vec<(String, i64)>), StorageError> {
+    let decisions: i64 = sqlx::query_scalar("SELECT count(*) FROM decision_log WHERE org_id = $1")
+        .bind(org)
+        .fetch_one(pool)
+        .await
+        .context("count decisions")?;
+    let headed: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT model_version_id, count(*) FROM decision_items
+         WHERE org_id = $1 AND position = 0 AND model_version_id IS NOT NULL
+         GROUP BY model_version_id",
+    )
+    .bind(org)
+    .fetch_all(pool)
+    .await
+    .context("count decisions headed by model versions")?;
+    Ok((decisions, headed))
 }
 
 /// What feedback says happened to a shown recommendation.
@@ -262,11 +290,13 @@ pub struct LearnableFeedback {
     /// The prior mean the item was ranked with (a priced model candidate): the learner learns
     /// the answer's residual from it.
     pub prior_mean: Option<f64>,
+    /// The model version of a model candidate (the exposure cap counts its answers).
+    pub model_version_id: Option<String>,
 }
 
 const LEARNABLE_SQL: &str = "SELECT f.org_id, f.event_id, f.recommendation_id, f.outcome, f.reliability_delta, f.received_at,
         l.created_at AS decided_at, l.policy_version, l.context_features, i.candidate_features,
-        i.prior_mean
+        i.prior_mean, i.model_version_id
  FROM feedback f
  JOIN decision_items i ON i.org_id = f.org_id AND i.event_id = f.event_id AND i.recommendation_id = f.recommendation_id
  JOIN decision_log l ON l.org_id = f.org_id AND l.event_id = f.event_id";

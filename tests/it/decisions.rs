@@ -37,6 +37,7 @@ fn decision(org: &str, event_id: Uuid) -> DecisionRecord {
         context_features: vec![1.0, 0.5],
         user_role: Some("senior_ml_engineer".into()),
         domain: Some("fintech".into()),
+        capped_versions: vec!["mv-new".into()],
         items: (0..3)
             .map(|p| DecisionItemRecord {
                 recommendation_id: format!("r-{p}"),
@@ -113,6 +114,12 @@ async fn concurrent_decisions_are_all_durable() {
             .await
             .unwrap();
     assert_eq!(embedding, [0.25, -1.5]);
+    let capped: Vec<String> =
+        sqlx::query_scalar("SELECT capped_versions FROM decision_log LIMIT 1")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(capped, ["mv-new"]);
     let (binary, json) = stored_candidate_set(db.pool(), "acme", event_id)
         .await
         .unwrap()

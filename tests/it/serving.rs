@@ -585,28 +585,12 @@ async fn acceptance_by_source(app: &TestApp) -> Vec<(String, i64, i64)> {
 #[tokio::test]
 async fn a_new_model_version_reaches_every_running_replica_within_the_bound() {
     use arc_rec::domain::{Candidate, CandidatePrior, CandidateSource, RecommendationType};
-    use arc_rec::recommend::service::{MODEL_CANDIDATES_RELOAD_BOUND, RecommendationQuery};
+    use arc_rec::recommend::service::MODEL_CANDIDATES_RELOAD_BOUND;
     use arc_rec::storage::candidate_stats::save_model_candidates_by_cluster;
 
     let app = with_contract_data().await;
     let replica = Serving::start(app.db.pool().clone()).await.unwrap();
-    let request = contract_request();
-    let query = || RecommendationQuery {
-        embedding: None,
-        failures: vec![arc_rec::candidates::FailureObservation {
-            failure_category: Some("timeout".into()),
-            error_message: Some("web_search timed out after 5000 ms".into()),
-            tool_name: Some("web_search".into()),
-            error_code: None,
-        }],
-        outcome_ids: Vec::new(),
-        current_config: request["current_config"].clone(),
-        user_role: None,
-        domain: None,
-        k: 50,
-        max_cost_increase_usd_per_run: None,
-        raw: serde_json::value::to_raw_value(&request).unwrap(),
-    };
+    let query = || contract_query(50);
     for serving in [&*app.serving, &*replica] {
         assert!(served_model_versions(serving, query()).await.is_empty());
     }
@@ -672,4 +656,149 @@ async fn served_model_versions(
                 .map(str::to_owned)
         })
         .collect()
+}
+
+/// The contract's failure context as a `RecommendationQuery` for `k` recommendations.
+fn contract_query(k: usize) -> arc_rec::recommend::service::RecommendationQuery {
+    let request = contract_request();
+    arc_rec::recommend::service::RecommendationQuery {
+        embedding: None,
+        failures: vec![arc_rec::candidates::FailureObservation {
+            failure_category: Some("timeout".into()),
+            error_message: Some("web_search timed out after 5000 ms".into()),
+            tool_name: Some("web_search".into()),
+            error_code: None,
+        }],
+        outcome_ids: Vec::new(),
+        current_config: request["current_config"].clone(),
+        user_role: None,
+        domain: None,
+        k,
+        max_cost_increase_usd_per_run: None,
+        raw: serde_json::value::to_raw_value(&request).unwrap(),
+    }
+}
+
+/// Stores one priced model candidate of `version` for acme (a cooler temperature).
+async fn store_priced_candidate(pool: &sqlx::PgPool, version: &str, mean: f64) {
+    use arc_rec::domain::{Candidate, CandidatePrior, CandidateSource, RecommendationType};
+    let diff = json!({"temperature": 0.45});
+    let kind = RecommendationType::Temperature;
+    let candidate = Candidate {
+        candidate_id: Candidate::id_for(kind, &diff),
+        recommendation_type: kind,
+        diff,
+        description: format!("an idea of {version}"),
+        expected_reliability_delta: 0.0,
+        expected_cost_delta_usd: 0.0,
+        evidence_count: 0,
+        source: CandidateSource::Model {
+            model_version_id: version.into(),
+            prior: Some(CandidatePrior { mean, sd: 0.01 }),
+        },
+    };
+    arc_rec::storage::candidate_stats::save_model_candidates_by_cluster(
+        pool,
+        "acme",
+        version,
+        "tiny",
+        &[(None, candidate)],
+    )
+    .await
+    .unwrap();
+}
+
+/// A brand-new model version heads at most its share of decisions until it has its answers;
+/// the decisions it sat out log it.
+#[tokio::test]
+async fn a_new_model_version_heads_at_most_its_share_until_it_has_its_answers() {
+    use arc_rec::recommend::exposure::ExposureCap;
+    use arc_rec::recommend::service::ServingOptions;
+    use arc_rec::storage::decisions::{FeedbackOutcome, FeedbackRecord};
+
+    let app = with_contract_data().await;
+    store_priced_candidate(app.db.pool(), "mv-capped", 1.0).await;
+    let cap = ExposureCap {
+        share: 0.05,
+        feedbacks: 3,
+    };
+    let serving = Serving::start_with(app.db.pool().clone(), ServingOptions { exposure_cap: cap })
+        .await
+        .unwrap();
+    let rounds = 100;
+    let (mut headed, mut absent, mut answered) = (0, 0, Vec::new());
+    for _ in 0..rounds {
+        let answer = serving.recommend("acme", contract_query(50)).await.unwrap();
+        let versions: Vec<Option<&str>> = answer
+            .recommendations
+            .iter()
+            .map(|r| r.shown.candidate.source.model_version_id())
+            .collect();
+        headed += usize::from(versions.first() == Some(&Some("mv-capped")));
+        match answer
+            .recommendations
+            .iter()
+            .find(|r| r.shown.candidate.source.model_version_id().is_some())
+        {
+            Some(model) if answered.len() < 2 => {
+                answered.push((answer.event_id, model.recommendation_id.clone()));
+            }
+            Some(_) => {}
+            None => absent += 1,
+        }
+    }
+    assert!(
+        headed as f64 <= 0.05 * rounds as f64 + 1.0,
+        "headed {headed} of {rounds}"
+    );
+    assert!(absent > 0, "the cap never bound: headed {headed}");
+    let logged: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM decision_log WHERE capped_versions = ARRAY['mv-capped']",
+    )
+    .fetch_one(app.db.pool())
+    .await
+    .unwrap();
+    assert_eq!(logged, absent as i64);
+
+    // Two answers: still new. A third, on a fresh decision: no longer capped.
+    let answer = |event_id, recommendation_id| FeedbackRecord {
+        org_id: "acme".into(),
+        event_id,
+        recommendation_id,
+        outcome: FeedbackOutcome::Rejected,
+        reliability_delta: None,
+        feedback_score: None,
+    };
+    for (event_id, recommendation_id) in answered {
+        assert!(
+            serving
+                .feedback(answer(event_id, recommendation_id))
+                .await
+                .unwrap()
+        );
+    }
+    let mut third = None;
+    for _ in 0..200 {
+        let decision = serving.recommend("acme", contract_query(50)).await.unwrap();
+        if let Some(model) = decision
+            .recommendations
+            .iter()
+            .find(|r| r.shown.candidate.source.model_version_id().is_some())
+        {
+            third = Some((decision.event_id, model.recommendation_id.clone()));
+            break;
+        }
+    }
+    let third = third.expect("the capped version is shown again once its share falls");
+    assert!(serving.feedback(answer(third.0, third.1)).await.unwrap());
+    for _ in 0..20 {
+        let decision = serving.recommend("acme", contract_query(50)).await.unwrap();
+        assert!(
+            decision
+                .recommendations
+                .iter()
+                .any(|r| r.shown.candidate.source.model_version_id() == Some("mv-capped")),
+            "capped after three answers"
+        );
+    }
 }
