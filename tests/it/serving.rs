@@ -399,37 +399,8 @@ async fn analytics_over_served_decisions() {
 /// learns the residual from its prior), acceptances lift a heuristic.
 #[tokio::test]
 async fn a_priced_model_candidate_enters_at_its_prior_and_feedback_moves_it_like_any_other() {
-    use arc_rec::domain::{Candidate, CandidatePrior, CandidateSource, RecommendationType};
-    use arc_rec::storage::candidate_stats::save_model_candidates_by_cluster;
-
     let app = with_contract_data().await;
-    let diff = json!({"temperature": 0.45});
-    let kind = RecommendationType::Temperature;
-    let priced = Candidate {
-        candidate_id: Candidate::id_for(kind, &diff),
-        recommendation_type: kind,
-        diff: diff.clone(),
-        description: "a model idea".into(),
-        expected_reliability_delta: 0.0,
-        expected_cost_delta_usd: 0.0,
-        evidence_count: 0,
-        source: CandidateSource::Model {
-            model_version_id: "mv-priced".into(),
-            prior: Some(CandidatePrior {
-                mean: 0.9,
-                sd: 0.05,
-            }),
-        },
-    };
-    save_model_candidates_by_cluster(
-        app.db.pool(),
-        "acme",
-        "mv-priced",
-        "tiny",
-        &[(None, priced)],
-    )
-    .await
-    .unwrap();
+    store_priced_candidate(app.db.pool(), "mv-priced", 0.9, 0.05).await;
     let mut request = contract_request();
     request["k"] = json!(20);
     let recommend = || async {
@@ -584,9 +555,7 @@ async fn acceptance_by_source(app: &TestApp) -> Vec<(String, i64, i64)> {
 /// stated bound without a restart.
 #[tokio::test]
 async fn a_new_model_version_reaches_every_running_replica_within_the_bound() {
-    use arc_rec::domain::{Candidate, CandidatePrior, CandidateSource, RecommendationType};
     use arc_rec::recommend::service::MODEL_CANDIDATES_RELOAD_BOUND;
-    use arc_rec::storage::candidate_stats::save_model_candidates_by_cluster;
 
     let app = with_contract_data().await;
     let replica = Serving::start(app.db.pool().clone()).await.unwrap();
@@ -594,30 +563,7 @@ async fn a_new_model_version_reaches_every_running_replica_within_the_bound() {
     for serving in [&*app.serving, &*replica] {
         assert!(served_model_versions(serving, query()).await.is_empty());
     }
-    let diff = json!({"temperature": 0.45});
-    let kind = RecommendationType::Temperature;
-    let candidate = Candidate {
-        candidate_id: Candidate::id_for(kind, &diff),
-        recommendation_type: kind,
-        diff,
-        description: "a new version's idea".into(),
-        expected_reliability_delta: 0.0,
-        expected_cost_delta_usd: 0.0,
-        evidence_count: 0,
-        source: CandidateSource::Model {
-            model_version_id: "mv-new".into(),
-            prior: Some(CandidatePrior { mean: 0.7, sd: 0.1 }),
-        },
-    };
-    save_model_candidates_by_cluster(
-        app.db.pool(),
-        "acme",
-        "mv-new",
-        "tiny",
-        &[(None, candidate)],
-    )
-    .await
-    .unwrap();
+    store_priced_candidate(app.db.pool(), "mv-new", 0.7, 0.1).await;
     let stored = std::time::Instant::now();
     for (name, serving) in [("app", &*app.serving), ("replica", &*replica)] {
         loop {
@@ -680,7 +626,7 @@ fn contract_query(k: usize) -> arc_rec::recommend::service::RecommendationQuery 
 }
 
 /// Stores one priced model candidate of `version` for acme (a cooler temperature).
-async fn store_priced_candidate(pool: &sqlx::PgPool, version: &str, mean: f64) {
+async fn store_priced_candidate(pool: &sqlx::PgPool, version: &str, mean: f64, sd: f64) {
     use arc_rec::domain::{Candidate, CandidatePrior, CandidateSource, RecommendationType};
     let diff = json!({"temperature": 0.45});
     let kind = RecommendationType::Temperature;
@@ -694,7 +640,7 @@ async fn store_priced_candidate(pool: &sqlx::PgPool, version: &str, mean: f64) {
         evidence_count: 0,
         source: CandidateSource::Model {
             model_version_id: version.into(),
-            prior: Some(CandidatePrior { mean, sd: 0.01 }),
+            prior: Some(CandidatePrior { mean, sd }),
         },
     };
     arc_rec::storage::candidate_stats::save_model_candidates_by_cluster(
@@ -717,7 +663,7 @@ async fn a_new_model_version_heads_at_most_its_share_until_it_has_its_answers() 
     use arc_rec::storage::decisions::{FeedbackOutcome, FeedbackRecord};
 
     let app = with_contract_data().await;
-    store_priced_candidate(app.db.pool(), "mv-capped", 1.0).await;
+    store_priced_candidate(app.db.pool(), "mv-capped", 1.0, 0.01).await;
     let cap = ExposureCap {
         share: 0.05,
         feedbacks: 3,
