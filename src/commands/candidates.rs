@@ -190,7 +190,7 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         PriorChoice::Learned => Some(
             fit_learned_grader(&settings, &dataset, FitOn::Everything, database)
                 .await
-                .context("--prior learned")?,
+                .context("--prior learned: cannot fit the learned grader that prices the candidates (--prior none stores them without priors)")?,
         ),
         PriorChoice::None => None,
     };
