@@ -28,6 +28,24 @@ fn request(policy: &ThompsonPolicy, n: usize) -> (Vec<f64>, Vec<Vec<f64>>) {
     (z, candidates)
 }
 
+/// `rank_with_offsets` with a ChaCha8 generator seeded from `seed`.
+fn ranked(
+    policy: &ThompsonPolicy,
+    z: &[f64],
+    candidates: &[Vec<f64>],
+    offsets: &[ScoreOffset],
+    k: usize,
+    seed: u64,
+) -> bandit::Result<bandit::Ranking> {
+    policy.rank_with_offsets(
+        z,
+        candidates,
+        offsets,
+        k,
+        &mut ChaCha8Rng::seed_from_u64(seed),
+    )
+}
+
 #[test]
 fn no_offsets_rank_exactly_as_rank() {
     let policy = fresh(0.1, 32);
@@ -36,27 +54,11 @@ fn no_offsets_rank_exactly_as_rank() {
         let plain = policy
             .rank(&z, &candidates, 3, &mut ChaCha8Rng::seed_from_u64(seed))
             .unwrap();
-        let none = policy
-            .rank_with_offsets(
-                &z,
-                &candidates,
-                &[],
-                3,
-                &mut ChaCha8Rng::seed_from_u64(seed),
-            )
-            .unwrap();
+        let none = ranked(&policy, &z, &candidates, &[], 3, seed).unwrap();
         assert_eq!(plain, none);
         // Zero offsets draw no noise and add nothing: the same order, scores and propensities.
         let zeros = vec![ScoreOffset::default(); 6];
-        let zero = policy
-            .rank_with_offsets(
-                &z,
-                &candidates,
-                &zeros,
-                3,
-                &mut ChaCha8Rng::seed_from_u64(seed),
-            )
-            .unwrap();
+        let zero = ranked(&policy, &z, &candidates, &zeros, 3, seed).unwrap();
         assert_eq!(plain.propensities, zero.propensities);
         let order = |r: &bandit::Ranking| r.items.iter().map(|i| i.candidate).collect::<Vec<_>>();
         assert_eq!(order(&plain), order(&zero));
@@ -77,15 +79,7 @@ fn a_confident_high_prior_comes_first_and_its_mean_is_reported() {
         mean: 10.0,
         sd: 0.01,
     };
-    let ranking = policy
-        .rank_with_offsets(
-            &z,
-            &candidates,
-            &offsets,
-            2,
-            &mut ChaCha8Rng::seed_from_u64(1),
-        )
-        .unwrap();
+    let ranking = ranked(&policy, &z, &candidates, &offsets, 2, 1).unwrap();
     assert_eq!(ranking.items[0].candidate, 3);
     assert!((ranking.propensities[3][0] - 1.0).abs() < 1e-12);
     let plain_mean = policy.mean_score(&z, &candidates[3]).unwrap();
@@ -96,15 +90,7 @@ fn a_confident_high_prior_comes_first_and_its_mean_is_reported() {
     assert!((contributions["prior"] - 10.0).abs() < 0.1);
     // A confident low prior is never first.
     offsets[3].mean = -10.0;
-    let ranking = policy
-        .rank_with_offsets(
-            &z,
-            &candidates,
-            &offsets,
-            2,
-            &mut ChaCha8Rng::seed_from_u64(1),
-        )
-        .unwrap();
+    let ranking = ranked(&policy, &z, &candidates, &offsets, 2, 1).unwrap();
     assert!(ranking.propensities[3][0] < 1e-12);
 }
 
@@ -119,15 +105,7 @@ fn an_uncertain_prior_is_explored_in_proportion_to_its_sd() {
     let runs = 4000;
     let (mut first, mut propensity) = (0u32, 0.0);
     for seed in 0..runs {
-        let ranking = policy
-            .rank_with_offsets(
-                &z,
-                &candidates,
-                &offsets,
-                1,
-                &mut ChaCha8Rng::seed_from_u64(seed),
-            )
-            .unwrap();
+        let ranking = ranked(&policy, &z, &candidates, &offsets, 1, seed).unwrap();
         first += u32::from(ranking.items[0].candidate == 1);
         propensity += ranking.propensities[1][0];
     }
@@ -140,15 +118,7 @@ fn an_uncertain_prior_is_explored_in_proportion_to_its_sd() {
         "{mean_propensity} vs {freq}"
     );
     let certain = [ScoreOffset::default(), ScoreOffset::default()];
-    let ranking = policy
-        .rank_with_offsets(
-            &z,
-            &candidates,
-            &certain,
-            1,
-            &mut ChaCha8Rng::seed_from_u64(0),
-        )
-        .unwrap();
+    let ranking = ranked(&policy, &z, &candidates, &certain, 1, 0).unwrap();
     assert_eq!(ranking.items[0].candidate, 0);
 }
 
@@ -163,15 +133,7 @@ fn propensities_with_offsets_are_probabilities() {
         })
         .collect();
     for seed in 0..20 {
-        let ranking = policy
-            .rank_with_offsets(
-                &z,
-                &candidates,
-                &offsets,
-                2,
-                &mut ChaCha8Rng::seed_from_u64(seed),
-            )
-            .unwrap();
+        let ranking = ranked(&policy, &z, &candidates, &offsets, 2, seed).unwrap();
         for p in 0..2 {
             let column: f64 = ranking.propensities.iter().map(|row| row[p]).sum();
             assert!((column - 1.0).abs() < 1e-9);
@@ -180,15 +142,7 @@ fn propensities_with_offsets_are_probabilities() {
             }
         }
         // The same seed reproduces the ranking, noise included.
-        let again = policy
-            .rank_with_offsets(
-                &z,
-                &candidates,
-                &offsets,
-                2,
-                &mut ChaCha8Rng::seed_from_u64(seed),
-            )
-            .unwrap();
+        let again = ranked(&policy, &z, &candidates, &offsets, 2, seed).unwrap();
         assert_eq!(ranking, again);
     }
 }
