@@ -40,7 +40,11 @@ use crate::recommend::engine::{candidate_vector_for, context_for};
 use crate::recommend::features::layout;
 
 /// The version of [`LearnedGraderFile`]'s layout and of the features it was fitted on.
-pub const LEARNED_GRADER_VERSION: u32 = 1;
+pub const LEARNED_GRADER_VERSION: u32 = 2;
+
+/// How far outside the fitted range a candidate feature may lie and still count as in support
+/// (features are recomputed by the same code, so only rounding separates equal values).
+const SUPPORT_SLACK: f64 = 1e-9;
 
 /// κ by default: the reward is σ(μ − 1·s), one posterior standard deviation below the mean.
 pub const DEFAULT_LCB_Z: f64 = 1.0;
@@ -167,6 +171,12 @@ pub struct LearnedScore {
     pub lower_bound: f64,
     /// s, the posterior standard deviation of the log-odds.
     pub log_odds_sd: f64,
+    /// Whether the diff lies in the logged data's support: a model the organization has run,
+    /// and every candidate feature within the range the fitted decisions span. Outside it the
+    /// linear log-odds extrapolate (world 7's first learned-grader run learned to write
+    /// `{"timeout_s": 2}` in 55 of 80 contexts: far below any logged timeout, read as ever
+    /// better), so the lower bound is the floor and a serving prior counts it as p = 0.
+    pub in_support: bool,
 }
 
 /// The fitted reward model.
@@ -178,6 +188,8 @@ pub struct LearnedGrader {
     lcb_z: f64,
     data_sha256: String,
     observations: usize,
+    /// Per candidate feature, the least and greatest value among the fitted decisions.
+    support: Vec<(f64, f64)>,
 }
 
 /// The posterior the grader keeps: logistic, prior N(0, I), nothing forgotten; one draw in the
@@ -236,6 +248,13 @@ impl LearnedGrader {
         if observations.is_empty() {
             return Err(LearnedGraderError::NoDecisions);
         }
+        let mut support = vec![(f64::INFINITY, f64::NEG_INFINITY); layout().candidate_dims];
+        for observation in &observations {
+            for ((lo, hi), &v) in support.iter_mut().zip(&observation.candidate) {
+                *lo = lo.min(v);
+                *hi = hi.max(v);
+            }
+        }
         let mut policy = ThompsonPolicy::new(layout(), grader_policy_config())?;
         policy.rebuild(&observations, observations.len() as f64)?;
         Ok(Self {
@@ -245,6 +264,7 @@ impl LearnedGrader {
             lcb_z,
             data_sha256,
             observations: observations.len(),
+            support,
         })
     }
 
@@ -352,15 +372,20 @@ impl LearnedGrader {
         let c = candidate_of(prompt, index, patch);
         let mean = self.policy.mean_score(&z, &c)?;
         let sd = self.policy.posterior_sd(&z, &c)?;
-        let lower_bound = if switches_to_an_unknown_model(index, &prompt.current_config, patch) {
-            0.0
-        } else {
+        let in_support = !switches_to_an_unknown_model(index, &prompt.current_config, patch)
+            && c.iter()
+                .zip(&self.support)
+                .all(|(&v, &(lo, hi))| (lo - SUPPORT_SLACK..=hi + SUPPORT_SLACK).contains(&v));
+        let lower_bound = if in_support {
             sigmoid(mean - self.lcb_z * sd)
+        } else {
+            0.0
         };
         Ok(LearnedScore {
             probability: sigmoid(mean),
             lower_bound,
             log_odds_sd: sd,
+            in_support,
         })
     }
 }
@@ -370,8 +395,8 @@ impl LearnedGrader {
     /// minimal patch over the prompt's configuration): the mixture, with equal weights, of the
     /// grader's per-context posteriors of P(accept), each the posterior mean's probability σ(μ)
     /// with sd σ'(μ)·s (the delta method); mean = average p, variance = average of (sd² + p²)
-    /// less mean². A context where the candidate switches to a model the organization has never
-    /// run counts as p = 0 with no spread (out of the data's support, as for the reward).
+    /// less mean². A context where the candidate lies outside the data's support
+    /// ([`LearnedScore::in_support`]) counts as p = 0 with no spread, as for the reward.
     /// `None` without contexts.
     pub fn prior<'a>(
         &self,
@@ -380,14 +405,11 @@ impl LearnedGrader {
         let (mut n, mut sum, mut second) = (0usize, 0.0, 0.0);
         for (prompt, patch) in contexts {
             let score = self.score(prompt, patch)?;
-            let unknown = self.indexes.get(&prompt.org).is_some_and(|index| {
-                switches_to_an_unknown_model(index, &prompt.current_config, patch)
-            });
-            let (p, sd) = if unknown {
-                (0.0, 0.0)
-            } else {
+            let (p, sd) = if score.in_support {
                 let p = score.probability;
                 (p, p * (1.0 - p) * score.log_odds_sd)
+            } else {
+                (0.0, 0.0)
             };
             n += 1;
             sum += p;
@@ -608,9 +630,21 @@ mod tests {
         }
         // The organization never ran that model (the index is empty): out of support, no credit.
         assert_eq!(switch.lower_bound, 0.0);
-        assert!(switch.probability > 0.0);
+        assert!(switch.probability > 0.0 && !switch.in_support);
+        // Beyond the logged range of a feature (no logged timeout went past 120 s, or below
+        // 30 s): out of support too, however the straight line extrapolates.
+        assert!(timeout.in_support && cooler.in_support);
+        for patch in [json!({"timeout_s": 600}), json!({"timeout_s": 2})] {
+            let beyond = score(patch.clone());
+            assert!(
+                !beyond.in_support && beyond.lower_bound == 0.0,
+                "{patch}: {beyond:?}"
+            );
+            let prior = grader.prior([(&fresh, &patch)]).unwrap().unwrap();
+            assert_eq!((prior.mean, prior.sd), (0.0, 0.0));
+        }
         // Fitted where the organization has run it (and priced it: 0.4 of the current model's
-        // price), the same switch keeps its lower bound.
+        // price) ...
         let model = |name: &str, usd_per_1k_tokens| crate::storage::candidate_stats::ModelRow {
             model: name.to_owned(),
             runs: 40,
@@ -628,8 +662,16 @@ mod tests {
             ],
             ..Default::default()
         };
+        // ... and where people were proposed that switch (so its features lie in the support).
+        let mut switched = prompts.clone();
+        for (i, prompt) in switched.iter_mut().enumerate().take(10) {
+            prompt.facts.decisions.push(LoggedDecision {
+                diff: json!({"model": "anthropic/claude-3-haiku"}),
+                approved: i % 2 == 0,
+            });
+        }
         let known = LearnedGrader::fit(
-            &prompts,
+            &switched,
             vec![CandidateIndex::from_rows("acme", &rows)],
             BTreeMap::new(),
             1.0,
