@@ -284,23 +284,6 @@ impl Serving {
         Ok((index, clusters, model_candidates))
     }
 
-    /// Reloads an organization's statistics, cluster model and model candidates (after ingest,
-    /// re-clustering or a new model version).
-    pub async fn refresh_org(&self, org: &str) -> Result<(), ServeError> {
-        let state = self.org(org).await?;
-        let (index, clusters, model_candidates) = self.load_org(org).await?;
-        if let Ok(mut slot) = state.index.write() {
-            *slot = Arc::new(index);
-        }
-        if let Ok(mut slot) = state.clusters.write() {
-            *slot = clusters.map(Arc::new);
-        }
-        if let Ok(mut slot) = state.model_candidates.write() {
-            *slot = Arc::new(model_candidates);
-        }
-        Ok(())
-    }
-
     /// Reloads the model candidates of every loaded organization whose stored ones changed since
     /// they were last loaded (a new model version from `arc-rec candidates`), so a running
     /// replica serves them within [`MODEL_CANDIDATES_RELOAD_BOUND`] without a restart. An
