@@ -126,8 +126,10 @@ pub struct RankedItem {
 /// A candidate's own prior score, added to x·θ̃: `mean + sd·e` with e ~ N(0, 1) drawn per
 /// posterior draw and candidate. A candidate the shared model knows nothing specific about (the
 /// recommender model's new idea) enters at what another model (the learned grader) expects of
-/// it, explored in proportion to that model's uncertainty. The bandit then learns the residual
-/// (reward − `mean`) for it, so the offset is a fixed prior, not a second copy of the evidence.
+/// it, explored in proportion to that model's uncertainty. What the offset holds is the caller's
+/// (serving: the prior mean, corrected by the candidate's own answers, with the shared model
+/// learning the residual reward − prior mean, so the prior is never a second copy of the
+/// evidence).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ScoreOffset {
     /// Added to every draw's score (and to the mean score).

@@ -36,6 +36,10 @@ pub struct Shown {
     pub item: bandit::RankedItem,
     /// The candidate block c it was ranked with.
     pub features: Vec<f64>,
+    /// For a priced model candidate: what the shared model and its prior predicted, its mean
+    /// score less its own correction (logged, so every replica replays the same
+    /// [`CandidateEvidence`]).
+    pub predicted: Option<f64>,
 }
 
 /// Everything a recommendation produced.
@@ -123,25 +127,56 @@ pub fn candidate_vector_for(candidate: &Candidate, current_config: &Value) -> Ve
 /// Bernoulli variance bound: one answer is worth at most 1/0.25 of precision about a candidate.
 const ANSWER_VARIANCE: f64 = 0.25;
 
-/// A priced model candidate's score offset after `answers` answers about it: its prior mean,
-/// and its prior sd shrunk as a normal mean's would be by that many answers of variance ≤ 0.25,
-/// s / sqrt(1 + n·s²/0.25). The mean stays (the shared model learns the residual, see
-/// `recommend::service`); the exploration the prior's uncertainty buys fades with the
-/// candidate's own evidence.
-pub fn prior_offset(prior: CandidatePrior, answers: u32) -> ScoreOffset {
+/// The least prior sd a priced candidate is ranked with: no prior from another model is worth
+/// more than 0.25 / 0.1² = 25 answers about the candidate itself. The learned grader's sd is
+/// its parameter uncertainty only, not its error where it was never right (ideas the recommender
+/// model learned to please it with), and an overconfident prior would keep a bad idea on top for
+/// hundreds of answers.
+pub const MIN_PRIOR_SD: f64 = 0.1;
+
+/// What serving has learned about one priced model candidate from its own answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CandidateEvidence {
+    pub answers: u32,
+    /// Σ (answer − what the shared model and the prior predicted when it was shown).
+    pub surprise: f64,
+}
+
+impl CandidateEvidence {
+    /// Adds one answer about a candidate shown when the shared model and its prior predicted
+    /// `predicted` (its mean score less its own correction).
+    pub fn record(&mut self, accepted: bool, predicted: f64) {
+        self.answers = self.answers.saturating_add(1);
+        self.surprise += f64::from(u8::from(accepted)) - predicted;
+    }
+}
+
+/// A priced model candidate's offset: its prior mean m plus its own correction, the answers'
+/// surprise shrunk as a random intercept's would be, Σ(answer − predicted)/(n₀ + n) with the
+/// prior worth n₀ = 0.25/max(s, [`MIN_PRIOR_SD`])² answers; and its prior sd s shrunk by its n
+/// answers, s/√(1 + n·s²/0.25).
+///
+/// The shared model learns every answer (less m), so what a model idea teaches about its
+/// features carries over to the candidates that share them; the correction is what only this
+/// candidate's answers say — a recommender model tuned against a grader over those very
+/// features proposes exactly the ideas the features overrate, and the correction pulls such an
+/// idea down by its own evidence without waiting for the shared model.
+pub fn prior_offset(prior: CandidatePrior, evidence: CandidateEvidence) -> ScoreOffset {
+    let floor = prior.sd.max(MIN_PRIOR_SD);
+    let n = f64::from(evidence.answers);
     let variance = prior.sd * prior.sd;
     ScoreOffset {
-        mean: prior.mean,
-        sd: prior.sd / (1.0 + f64::from(answers) * variance / ANSWER_VARIANCE).sqrt(),
+        mean: prior.mean + evidence.surprise / (ANSWER_VARIANCE / (floor * floor) + n),
+        sd: prior.sd / (1.0 + n * variance / ANSWER_VARIANCE).sqrt(),
     }
 }
 
 /// The offsets to rank `candidates` with: [`prior_offset`] for each priced model candidate
-/// (`answers` counts the answers about a candidate id), zero for the others; empty when none
-/// is priced, which ranks exactly as before priors existed.
+/// (`evidence` looks up what was learned about a candidate id), zero for the others; empty when
+/// none is priced, which ranks exactly as before priors existed.
 pub fn offsets_for(
     candidates: &[(Candidate, Vec<f64>)],
-    answers: impl Fn(&str) -> u32,
+    evidence: impl Fn(&str) -> CandidateEvidence,
 ) -> Vec<ScoreOffset> {
     if candidates.iter().all(|(c, _)| c.source.prior().is_none()) {
         return Vec::new();
@@ -150,7 +185,7 @@ pub fn offsets_for(
         .iter()
         .map(|(c, _)| {
             c.source.prior().map_or_else(ScoreOffset::default, |prior| {
-                prior_offset(prior, answers(&c.candidate_id))
+                prior_offset(prior, evidence(&c.candidate_id))
             })
         })
         .collect()
@@ -165,20 +200,20 @@ pub fn learning_reward(accepted: bool, prior_mean: Option<f64>) -> f64 {
 }
 
 /// Ranks prepared candidates with one posterior draw; `seed` makes it reproducible (logged).
-/// `answers` counts the answers already learned about a candidate id (what shrinks a priced
-/// candidate's prior, see [`offsets_for`]).
+/// `evidence` looks up the answers already learned about a priced candidate id (see
+/// [`offsets_for`]).
 pub fn rank(
     policy: &ThompsonPolicy,
     prepared: Prepared,
     k: usize,
     seed: u64,
-    answers: impl Fn(&str) -> u32,
+    evidence: impl Fn(&str) -> CandidateEvidence,
 ) -> Result<RecommendOutput, RecommendError> {
     let Prepared {
         context,
         candidates,
     } = prepared;
-    let offsets = offsets_for(&candidates, answers);
+    let offsets = offsets_for(&candidates, evidence);
     let vectors: Vec<&[f64]> = candidates.iter().map(|(_, f)| f.as_slice()).collect();
     let ranking = if vectors.is_empty() {
         Ranking {
@@ -200,10 +235,18 @@ pub fn rank(
     let shown = ranking
         .items
         .iter()
-        .map(|item| Shown {
-            candidate: candidates[item.candidate].0.clone(),
-            item: item.clone(),
-            features: candidates[item.candidate].1.clone(),
+        .map(|item| {
+            let candidate = &candidates[item.candidate].0;
+            let predicted = candidate.source.prior().map(|prior| {
+                let offset = offsets.get(item.candidate).copied().unwrap_or_default();
+                item.mean_score - offset.mean + prior.mean
+            });
+            Shown {
+                candidate: candidate.clone(),
+                item: item.clone(),
+                features: candidates[item.candidate].1.clone(),
+                predicted,
+            }
         })
         .collect();
     Ok(RecommendOutput {
@@ -221,5 +264,69 @@ pub fn recommend(
     input: &RecommendInput,
     seed: u64,
 ) -> Result<RecommendOutput, RecommendError> {
-    rank(policy, prepare(index, input), input.k, seed, |_| 0)
+    rank(policy, prepare(index, input), input.k, seed, |_| {
+        CandidateEvidence::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn evidence(answers: u32, surprise: f64) -> CandidateEvidence {
+        CandidateEvidence { answers, surprise }
+    }
+
+    #[test]
+    fn an_unanswered_idea_is_drawn_from_its_prior() {
+        let prior = CandidatePrior { mean: 0.7, sd: 0.2 };
+        let offset = prior_offset(prior, CandidateEvidence::default());
+        assert!((offset.mean - 0.7).abs() < 1e-12);
+        assert!((offset.sd - 0.2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn evidence_records_the_surprise_of_each_answer() {
+        let mut e = CandidateEvidence::default();
+        e.record(true, 0.75);
+        e.record(false, 0.5);
+        assert_eq!(e.answers, 2);
+        assert!((e.surprise - (0.25 - 0.5)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn an_ideas_own_surprise_corrects_its_prior_at_the_priors_weight() {
+        // sd 0.5 is worth one answer: 4 answers 2.0 below prediction move it by 2/5.
+        let prior = CandidatePrior { mean: 0.6, sd: 0.5 };
+        let offset = prior_offset(prior, evidence(4, -2.0));
+        assert!((offset.mean - (0.6 - 2.0 / 5.0)).abs() < 1e-12);
+        assert!((offset.sd - 0.5 / 5.0f64.sqrt()).abs() < 1e-12);
+        // Many answers: the correction is the mean surprise.
+        let offset = prior_offset(prior, evidence(10_000, -3_000.0));
+        assert!((offset.mean - 0.3).abs() < 1e-3);
+    }
+
+    #[test]
+    fn no_prior_is_worth_more_than_twenty_five_answers_of_correction() {
+        let confident = CandidatePrior {
+            mean: 0.9,
+            sd: 0.001,
+        };
+        // 25 answers averaging 0.9 below prediction take half of it off.
+        let offset = prior_offset(confident, evidence(25, -22.5));
+        assert!((offset.mean - 0.45).abs() < 1e-12);
+        // An out-of-support idea (prior 0 ± 0) is corrected too, and never explored by its prior.
+        let none = CandidatePrior { mean: 0.0, sd: 0.0 };
+        let offset = prior_offset(none, evidence(25, 5.0));
+        assert!((offset.mean - 0.1).abs() < 1e-12);
+        assert_eq!(offset.sd, 0.0);
+    }
+
+    #[test]
+    fn the_learner_learns_the_residual_from_the_prior() {
+        assert_eq!(learning_reward(true, None), 1.0);
+        assert_eq!(learning_reward(false, None), 0.0);
+        assert!((learning_reward(true, Some(0.7)) - 0.3).abs() < 1e-12);
+        assert!((learning_reward(false, Some(0.7)) + 0.7).abs() < 1e-12);
+    }
 }

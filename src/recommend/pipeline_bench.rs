@@ -5,7 +5,8 @@
 //! clusters as serving does, generates its candidates (the heuristics', plus one model's stored
 //! candidates for that cluster), shows its top-1 and learns from the simulated answer. Arms
 //! differ only in their menu: heuristics alone, or heuristics and one model version's ideas
-//! (each entering at its learned-grader prior, learned as a residual, exactly as serving does).
+//! (each entering at its learned-grader prior and then judged by its own answers, exactly as
+//! serving does).
 //! Beside them: random order of the heuristic candidates (the platform before arc-rec) and the
 //! menu oracles (the truly best candidate of each menu). Every arm sees the same contexts;
 //! answers are drawn from the world's acceptance model with a stream per arm, and arms are
@@ -21,7 +22,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::benchmark::input_of;
-use super::engine::{Prepared, RecommendError, learning_reward, prepare, rank};
+use super::engine::{CandidateEvidence, Prepared, RecommendError, learning_reward, prepare, rank};
 use super::features::layout;
 use super::placement::place;
 use crate::candidates::CandidateIndex;
@@ -122,8 +123,8 @@ struct Arm {
     menu: usize,
     policy: Option<Box<ThompsonPolicy>>,
     pending: Vec<Observation>,
-    /// Answers learned per priced candidate id (shrinks its prior, as in serving).
-    answers: HashMap<String, u32>,
+    /// Answers learned per priced candidate id (its own arm, as in serving).
+    evidence: HashMap<String, CandidateEvidence>,
     rng: ChaCha8Rng,
     truth: Vec<f64>,
     drawn: Vec<bool>,
@@ -159,7 +160,7 @@ pub fn run(
             menu,
             policy,
             pending: Vec::new(),
-            answers: HashMap::new(),
+            evidence: HashMap::new(),
             rng: ChaCha8Rng::seed_from_u64(config.seed.wrapping_mul(31).wrapping_add(stream)),
             truth: Vec::with_capacity(config.rounds),
             drawn: Vec::with_capacity(config.rounds),
@@ -270,23 +271,27 @@ fn play(
     config: &PipelineConfig,
 ) {
     let diffs: Vec<&Value> = menu.candidates.iter().map(|(c, _)| &c.diff).collect();
-    let pick: Option<usize> = match arm.kind {
+    // The pick and, for a priced model candidate, what was predicted of it.
+    let pick: Option<(usize, Option<f64>)> = match arm.kind {
         _ if diffs.is_empty() => None,
-        ArmKind::Random => Some(arm.rng.random_range(0..diffs.len())),
+        ArmKind::Random => Some((arm.rng.random_range(0..diffs.len()), None)),
         ArmKind::Oracle => {
             let owned: Vec<Value> = diffs.iter().map(|d| (*d).clone()).collect();
-            environment.best_of(ctx, &owned)
+            environment.best_of(ctx, &owned).map(|pick| (pick, None))
         }
         ArmKind::Thompson => {
-            let answers = &arm.answers;
+            let evidence = &arm.evidence;
             let seed = arm.rng.random();
             let ranked = arm.policy.as_deref().map(|policy| {
                 rank(policy, menu.clone(), 1, seed, |id| {
-                    answers.get(id).copied().unwrap_or(0)
+                    evidence.get(id).copied().unwrap_or_default()
                 })
             });
             match ranked {
-                Some(Ok(output)) => output.shown.first().map(|s| s.item.candidate),
+                Some(Ok(output)) => output
+                    .shown
+                    .first()
+                    .map(|s| (s.item.candidate, s.predicted)),
                 Some(Err(_)) | None => {
                     arm.errors += 1;
                     None
@@ -294,7 +299,7 @@ fn play(
             }
         }
     };
-    let Some(pick) = pick else {
+    let Some((pick, predicted)) = pick else {
         arm.truth.push(0.0);
         arm.drawn.push(false);
         arm.from_model.push(None);
@@ -310,10 +315,12 @@ fn play(
         return;
     };
     let prior = candidate.source.prior();
-    if prior.is_some() {
-        *arm.answers
+    if let Some(prior) = prior {
+        let predicted = predicted.unwrap_or(prior.mean);
+        arm.evidence
             .entry(candidate.candidate_id.clone())
-            .or_insert(0) += 1;
+            .or_default()
+            .record(answer.accepted, predicted);
     }
     arm.pending.push(Observation {
         id: format!("{round}"),

@@ -23,7 +23,9 @@ use uuid::Uuid;
 
 use super::candidate_log::{self, CandidateEntry, CandidateLogError};
 use super::decision_writer::{DecisionWriteError, DecisionWriter};
-use super::engine::{RecommendError, RecommendInput, Shown, learning_reward, prepare, rank};
+use super::engine::{
+    CandidateEvidence, RecommendError, RecommendInput, Shown, learning_reward, prepare, rank,
+};
 use super::exposure::{Exposure, ExposureCap};
 use super::features::{layout, policy_config};
 use super::placement::{PlacementError, place};
@@ -131,9 +133,9 @@ struct OrgServing {
     clusters: RwLock<Option<Arc<ClusterModel>>>,
     /// The recommender model's candidates, by cluster (`None`: for every cluster).
     model_candidates: RwLock<Arc<ModelCandidates>>,
-    /// Answers learned about each priced model candidate (by candidate id): what shrinks its
-    /// prior's exploration (`engine::prior_offset`).
-    prior_answers: RwLock<HashMap<String, u32>>,
+    /// Answers learned about each priced model candidate (by candidate id): its own arm
+    /// (`engine::prior_offset`), which the shared model does not learn.
+    evidence: RwLock<HashMap<String, CandidateEvidence>>,
     /// Decisions headed by each model version and answers about its candidates (the exposure
     /// cap on new versions).
     exposure: Mutex<Exposure>,
@@ -255,7 +257,7 @@ impl Serving {
             index: RwLock::new(Arc::new(index)),
             clusters: RwLock::new(clusters.map(Arc::new)),
             model_candidates: RwLock::new(Arc::new(model_candidates)),
-            prior_answers: RwLock::new(HashMap::new()),
+            evidence: RwLock::new(HashMap::new()),
             exposure: Mutex::new(exposure),
             learner: sender,
         });
@@ -391,9 +393,9 @@ impl Serving {
         let policy = state.policy.read().map_err(|_| poisoned())?.clone();
         let seed: u64 = rand::rng().random();
         let output = {
-            let answers = state.prior_answers.read().map_err(|_| poisoned())?;
+            let evidence = state.evidence.read().map_err(|_| poisoned())?;
             rank(&policy, prepared, input.k, seed, |id| {
-                answers.get(id).copied().unwrap_or(0)
+                evidence.get(id).copied().unwrap_or_default()
             })?
         };
         // Time-ordered (v7): the decision log's keys then grow at the right edge of their
@@ -456,6 +458,7 @@ impl Serving {
                     propensity: s.shown.item.propensity,
                     candidate_features: s.shown.features.iter().map(|v| *v as f32).collect(),
                     source: s.shown.candidate.source.clone(),
+                    predicted: s.shown.predicted,
                 })
                 .collect(),
         };
@@ -513,11 +516,20 @@ impl Serving {
                 .map_err(|_| poisoned())?
                 .record_answer(version);
         }
-        if row.prior_mean.is_some() {
-            let mut answers = state.prior_answers.write().map_err(|_| poisoned())?;
-            *answers
+        // A priced model candidate's own evidence: the answer's surprise against what was
+        // predicted of it when shown, as logged (the prior mean alone for items logged before
+        // predictions were), so a restart and every replica replay the same.
+        if let Some(prior_mean) = row.prior_mean {
+            state
+                .evidence
+                .write()
+                .map_err(|_| poisoned())?
                 .entry(candidate_id(&row.recommendation_id))
-                .or_insert(0) += 1;
+                .or_default()
+                .record(
+                    observation.reward + prior_mean > 0.5,
+                    row.predicted.unwrap_or(prior_mean),
+                );
         }
         // A closed channel means the learner stopped (shutdown); nothing to do.
         let _ = state.learner.send(observation);
@@ -560,8 +572,7 @@ fn candidate_id(recommendation_id: &str) -> String {
     format!("c-{}", recommendation_id.trim_start_matches("r-"))
 }
 
-/// The bandit observation of a feedback row: accepted or applied → 1, rejected → 0, less the
-/// prior mean a priced model candidate was ranked with (`engine::learning_reward`).
+/// The bandit observation of a feedback row: accepted or applied → 1, rejected → 0.
 fn observation_of(row: &LearnableFeedback) -> Option<Observation> {
     let accepted = match FeedbackOutcome::parse(&row.outcome)? {
         FeedbackOutcome::Accepted | FeedbackOutcome::Applied => true,

@@ -50,6 +50,9 @@ pub struct DecisionItemRecord {
     pub candidate_features: Vec<f32>,
     /// Heuristic or model (with its version and the prior it was ranked with).
     pub source: CandidateSource,
+    /// For a priced model candidate, what the shared model and its prior predicted of it when
+    /// shown (its own evidence is the answers' surprise against this).
+    pub predicted: Option<f64>,
 }
 
 /// Inserts decisions (and their items) in one transaction: all are durable when this returns.
@@ -95,6 +98,7 @@ pub async fn insert_decisions(
         model_version_id: Option<&'a str>,
         prior_mean: Option<f64>,
         prior_sd: Option<f64>,
+        predicted: Option<f64>,
     }
     let logs: Vec<LogRow<'_>> = decisions
         .iter()
@@ -132,6 +136,7 @@ pub async fn insert_decisions(
                 model_version_id: i.source.model_version_id(),
                 prior_mean: i.source.prior().map(|p| p.mean),
                 prior_sd: i.source.prior().map(|p| p.sd),
+                predicted: i.predicted,
             })
         })
         .collect();
@@ -153,13 +158,14 @@ pub async fn insert_decisions(
          )
          INSERT INTO decision_items (org_id, event_id, recommendation_id, position, recommendation_type,
                                      model_provider, diff, score, propensity, candidate_features,
-                                     source, model_version_id, prior_mean, prior_sd)
+                                     source, model_version_id, prior_mean, prior_sd, predicted)
          SELECT org_id, event_id, recommendation_id, position, recommendation_type, model_provider, diff,
-                score, propensity, candidate_features, source, model_version_id, prior_mean, prior_sd
+                score, propensity, candidate_features, source, model_version_id, prior_mean, prior_sd,
+                predicted
          FROM jsonb_to_recordset($2) AS r(org_id text, event_id uuid, recommendation_id text, position int,
               recommendation_type text, model_provider text, diff jsonb, score float8, propensity float8,
               candidate_features real[], source text, model_version_id text, prior_mean float8,
-              prior_sd float8)",
+              prior_sd float8, predicted float8)",
     )
     .bind(sqlx::types::Json(&logs))
     .bind(sqlx::types::Json(&items))
@@ -290,13 +296,16 @@ pub struct LearnableFeedback {
     /// The prior mean the item was ranked with (a priced model candidate): the learner learns
     /// the answer's residual from it.
     pub prior_mean: Option<f64>,
+    /// What the shared model and the prior predicted of it when shown (NULL for items logged
+    /// before sql/0013 and for unpriced ones).
+    pub predicted: Option<f64>,
     /// The model version of a model candidate (the exposure cap counts its answers).
     pub model_version_id: Option<String>,
 }
 
 const LEARNABLE_SQL: &str = "SELECT f.org_id, f.event_id, f.recommendation_id, f.outcome, f.reliability_delta, f.received_at,
         l.created_at AS decided_at, l.policy_version, l.context_features, i.candidate_features,
-        i.prior_mean, i.model_version_id
+        i.prior_mean, i.predicted, i.model_version_id
  FROM feedback f
  JOIN decision_items i ON i.org_id = f.org_id AND i.event_id = f.event_id AND i.recommendation_id = f.recommendation_id
  JOIN decision_log l ON l.org_id = f.org_id AND l.event_id = f.event_id";

@@ -56,6 +56,7 @@ fn decision(org: &str, event_id: Uuid) -> DecisionRecord {
                 } else {
                     CandidateSource::Heuristic
                 },
+                predicted: (p == 2).then_some(0.55),
             })
             .collect(),
     }
@@ -87,10 +88,17 @@ async fn concurrent_decisions_are_all_durable() {
         .await
         .unwrap();
     assert_eq!((logged, items), (64, 192));
-    // Each item keeps its source, model version and prior.
-    type SourceRow = (String, Option<String>, Option<f64>, Option<f64>);
+    // Each item keeps its source, model version, prior and what was predicted of it.
+    type SourceRow = (
+        String,
+        Option<String>,
+        Option<f64>,
+        Option<f64>,
+        Option<f64>,
+    );
     let sources: Vec<SourceRow> = sqlx::query_as(
-        "SELECT DISTINCT source, model_version_id, prior_mean, prior_sd FROM decision_items ORDER BY 1",
+        "SELECT DISTINCT source, model_version_id, prior_mean, prior_sd, predicted
+         FROM decision_items ORDER BY 1",
     )
     .fetch_all(db.pool())
     .await
@@ -98,12 +106,13 @@ async fn concurrent_decisions_are_all_durable() {
     assert_eq!(
         sources,
         [
-            ("heuristic".to_owned(), None, None, None),
+            ("heuristic".to_owned(), None, None, None, None),
             (
                 "model".to_owned(),
                 Some("mv-1".to_owned()),
                 Some(0.6),
-                Some(0.1)
+                Some(0.1),
+                Some(0.55)
             ),
         ]
     );

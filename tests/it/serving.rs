@@ -396,7 +396,8 @@ async fn analytics_over_served_decisions() {
 /// A model candidate stored with the learned grader's prior enters at that prior (ahead of every
 /// heuristic candidate, which no feedback has priced yet), is logged with its source and prior,
 /// and then moves with feedback as any other candidate: rejections pull it down (the learner
-/// learns the residual from its prior), acceptances lift a heuristic.
+/// learns the residual from its prior, and the idea's own surprise corrects its prior),
+/// acceptances lift a heuristic; a replica started later replays the same.
 #[tokio::test]
 async fn a_priced_model_candidate_enters_at_its_prior_and_feedback_moves_it_like_any_other() {
     let app = with_contract_data().await;
@@ -514,6 +515,37 @@ async fn a_priced_model_candidate_enters_at_its_prior_and_feedback_moves_it_like
         "heuristic after acceptances: {heuristic_after}"
     );
     assert!(heuristic_after > model_after);
+    // The idea's own evidence is in the log (each answer's surprise against what was predicted
+    // when it was shown): a replica started now ranks it the same. (The cap on new versions may
+    // leave it out of a decision: ask again.)
+    let replica = Serving::start(app.db.pool().clone()).await.unwrap();
+    wait_for_observations(&replica, 2 * rounds).await;
+    let idea_mean_score = |serving: std::sync::Arc<Serving>| {
+        let model_id = model_id.clone();
+        async move {
+            for _ in 0..50 {
+                let shown = serving
+                    .recommend("acme", contract_query(50))
+                    .await
+                    .unwrap()
+                    .recommendations
+                    .into_iter()
+                    .find(|r| r.recommendation_id == model_id);
+                if let Some(shown) = shown {
+                    return shown.shown.item.mean_score;
+                }
+            }
+            panic!("{model_id} never shown");
+        }
+    };
+    let (original, replayed) = (
+        idea_mean_score(app.serving.clone()).await,
+        idea_mean_score(replica).await,
+    );
+    assert!(
+        (original - replayed).abs() < 1e-9,
+        "replica {replayed} vs {original}"
+    );
 
     // Analysts see the model's ideas apart from the heuristics'.
     let rows = acceptance_by_source(&app).await;
