@@ -5,8 +5,8 @@
 //! clusters as serving does, generates its candidates (the heuristics', plus one model's stored
 //! candidates for that cluster), shows its top-1 and learns from the simulated answer. Arms
 //! differ only in their menu: heuristics alone, or heuristics and one model version's ideas
-//! (each entering at its learned-grader prior and then judged by its own answers, exactly as
-//! serving does).
+//! (each entering at its learned-grader prior, learned as a residual and corrected by its own
+//! answers, exactly as serving does).
 //! Beside them: random order of the heuristic candidates (the platform before arc-rec) and the
 //! menu oracles (the truly best candidate of each menu). Every arm sees the same contexts;
 //! answers are drawn from the world's acceptance model with a stream per arm, and arms are
@@ -123,7 +123,7 @@ struct Arm {
     menu: usize,
     policy: Option<Box<ThompsonPolicy>>,
     pending: Vec<Observation>,
-    /// Answers learned per priced candidate id (its own arm, as in serving).
+    /// Each priced candidate id's own evidence (its correction δ, as in serving).
     evidence: HashMap<String, CandidateEvidence>,
     rng: ChaCha8Rng,
     truth: Vec<f64>,

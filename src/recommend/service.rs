@@ -133,8 +133,8 @@ struct OrgServing {
     clusters: RwLock<Option<Arc<ClusterModel>>>,
     /// The recommender model's candidates, by cluster (`None`: for every cluster).
     model_candidates: RwLock<Arc<ModelCandidates>>,
-    /// Answers learned about each priced model candidate (by candidate id): its own arm
-    /// (`engine::prior_offset`), which the shared model does not learn.
+    /// Each priced model candidate's own evidence (by candidate id): its answers and their
+    /// surprise, which correct its prior (`engine::prior_offset`).
     evidence: RwLock<HashMap<String, CandidateEvidence>>,
     /// Decisions headed by each model version and answers about its candidates (the exposure
     /// cap on new versions).
