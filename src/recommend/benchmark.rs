@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use super::engine::{CandidateEvidence, RecommendError, RecommendInput, prepare, rank};
+use super::engine::{RecommendError, RecommendInput, no_evidence, prepare, rank};
 use super::features::layout;
 use crate::candidates::{CandidateIndex, FailureObservation};
 use crate::world::{Context, Environment};
@@ -128,9 +128,13 @@ pub fn run(
             let started = Instant::now();
             let (choice, features) = match &mut r.strategy {
                 Strategy::Thompson { policy, .. } => {
-                    let output = rank(policy, prepared.clone(), input.k, r.rng.random(), |_| {
-                        CandidateEvidence::default()
-                    })?;
+                    let output = rank(
+                        policy,
+                        prepared.clone(),
+                        input.k,
+                        r.rng.random(),
+                        no_evidence,
+                    )?;
                     match output.shown.into_iter().next() {
                         Some(shown) => (
                             Some(shown.candidate.diff),

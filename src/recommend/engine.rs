@@ -171,6 +171,12 @@ pub fn prior_offset(prior: CandidatePrior, evidence: CandidateEvidence) -> Score
     }
 }
 
+/// No evidence about any candidate: what [`rank`] is given where nothing is priced or learned per
+/// candidate (benches of the heuristics alone, [`recommend`]).
+pub fn no_evidence(_candidate_id: &str) -> CandidateEvidence {
+    CandidateEvidence::default()
+}
+
 /// The offsets to rank `candidates` with: [`prior_offset`] for each priced model candidate
 /// (`evidence` looks up what was learned about a candidate id), zero for the others; empty when
 /// none is priced, which ranks exactly as before priors existed.
@@ -264,9 +270,7 @@ pub fn recommend(
     input: &RecommendInput,
     seed: u64,
 ) -> Result<RecommendOutput, RecommendError> {
-    rank(policy, prepare(index, input), input.k, seed, |_| {
-        CandidateEvidence::default()
-    })
+    rank(policy, prepare(index, input), input.k, seed, no_evidence)
 }
 
 #[cfg(test)]

@@ -499,7 +499,7 @@ impl Serving {
 
     /// Hands one stored feedback row to its organization's learner, once.
     async fn learn(&self, row: LearnableFeedback) -> Result<(), ServeError> {
-        let Some(observation) = observation_of(&row) else {
+        let Some((observation, accepted)) = observation_of(&row) else {
             return Ok(());
         };
         {
@@ -526,10 +526,7 @@ impl Serving {
                 .map_err(|_| poisoned())?
                 .entry(candidate_id(&row.recommendation_id))
                 .or_default()
-                .record(
-                    observation.reward + prior_mean > 0.5,
-                    row.predicted.unwrap_or(prior_mean),
-                );
+                .record(accepted, row.predicted.unwrap_or(prior_mean));
         }
         // A closed channel means the learner stopped (shutdown); nothing to do.
         let _ = state.learner.send(observation);
@@ -572,8 +569,10 @@ fn candidate_id(recommendation_id: &str) -> String {
     format!("c-{}", recommendation_id.trim_start_matches("r-"))
 }
 
-/// The bandit observation of a feedback row: accepted or applied → 1, rejected → 0.
-fn observation_of(row: &LearnableFeedback) -> Option<Observation> {
+/// The bandit observation of a feedback row: accepted or applied → 1, rejected → 0, less the
+/// prior mean a priced model candidate was ranked with (`engine::learning_reward`); and whether
+/// it was accepted.
+fn observation_of(row: &LearnableFeedback) -> Option<(Observation, bool)> {
     let accepted = match FeedbackOutcome::parse(&row.outcome)? {
         FeedbackOutcome::Accepted | FeedbackOutcome::Applied => true,
         FeedbackOutcome::Rejected => false,
@@ -590,13 +589,14 @@ fn observation_of(row: &LearnableFeedback) -> Option<Observation> {
         .iter()
         .map(|v| f64::from(*v))
         .collect();
-    Some(Observation {
+    let observation = Observation {
         id: format!("{}/{}", row.event_id, row.recommendation_id),
         timestamp_s: timestamp_s(row.decided_at),
         context,
         candidate,
         reward: learning_reward(accepted, row.prior_mean),
-    })
+    };
+    Some((observation, accepted))
 }
 
 fn timestamp_s(t: DateTime<Utc>) -> f64 {
