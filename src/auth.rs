@@ -3,6 +3,7 @@
 //! constant time. Secrets are never stored or logged.
 
 use std::collections::HashMap;
+use std::str::FromStr;
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,7 @@ use sqlx::PgPool;
 use subtle::ConstantTimeEq;
 
 use crate::domain::OrgId;
+use crate::rate_limit::RateLimit;
 use crate::storage::{StorageError, api_keys};
 
 /// What a key may do.
@@ -65,12 +67,89 @@ impl Role {
     }
 }
 
+/// The limit of each role's keys (`None`: unlimited), unless a key has its own.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoleRateLimits {
+    pub platform: Option<RateLimit>,
+    pub analyst: Option<RateLimit>,
+    pub admin: Option<RateLimit>,
+}
+
+impl Default for RoleRateLimits {
+    /// The platform sends every evaluation's recommendation and feedback requests, so its keys
+    /// get room for a busy platform; analysts and admins click through dashboards and scripts.
+    fn default() -> Self {
+        Self {
+            platform: Some(RateLimit {
+                per_second: 1000.0,
+                burst: 2000,
+            }),
+            analyst: Some(RateLimit {
+                per_second: 20.0,
+                burst: 40,
+            }),
+            admin: Some(RateLimit {
+                per_second: 20.0,
+                burst: 40,
+            }),
+        }
+    }
+}
+
+impl RoleRateLimits {
+    /// The default limit of `role`'s keys.
+    pub fn of(&self, role: Role) -> Option<RateLimit> {
+        match role {
+            Role::Platform => self.platform,
+            Role::Analyst => self.analyst,
+            Role::Admin => self.admin,
+        }
+    }
+
+    /// Applies one `ROLE=RATE/BURST` or `ROLE=off` setting (`serve --rate-limit`).
+    pub fn apply(&mut self, setting: &RoleRateLimit) {
+        let slot = match setting.role {
+            Role::Platform => &mut self.platform,
+            Role::Analyst => &mut self.analyst,
+            Role::Admin => &mut self.admin,
+        };
+        *slot = setting.limit;
+    }
+}
+
+/// One role's limit as `serve --rate-limit` reads it: `ROLE=RATE/BURST` or `ROLE=off`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoleRateLimit {
+    pub role: Role,
+    pub limit: Option<RateLimit>,
+}
+
+impl FromStr for RoleRateLimit {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (role, limit) = text
+            .split_once('=')
+            .ok_or_else(|| format!("{text:?}: expected ROLE=RATE/BURST or ROLE=off"))?;
+        let role = Role::parse(role.trim()).ok_or_else(|| {
+            format!("{text:?}: unknown role {role:?} (platform, analyst or admin)")
+        })?;
+        let limit = match limit.trim() {
+            "off" => None,
+            limit => Some(limit.parse()?),
+        };
+        Ok(Self { role, limit })
+    }
+}
+
 /// Who a request is, once its key checked out.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Principal {
     pub org: OrgId,
     pub role: Role,
     pub key_id: String,
+    /// The key's own rate limit, where `arc-rec keys` set one (else its role's applies).
+    pub rate_limit: Option<RateLimit>,
 }
 
 /// A freshly created key; `token` is shown once and never again.
@@ -101,6 +180,7 @@ pub async fn create_key(
     org: &OrgId,
     role: Role,
     label: Option<&str>,
+    rate_limit: Option<RateLimit>,
 ) -> Result<NewKey, StorageError> {
     let mut rng = rand::rng();
     let mut id = [0u8; 8];
@@ -116,12 +196,21 @@ pub async fn create_key(
         &sha256_hex(&secret),
         role.as_str(),
         label,
+        rate_limit.map(stored_rate_limit),
     )
     .await?;
     Ok(NewKey {
         token: format!("arc_{key_id}_{secret}"),
         key_id,
     })
+}
+
+/// A rate limit as `api_keys` stores it (the burst saturating at the column's range).
+pub fn stored_rate_limit(limit: RateLimit) -> (f64, i32) {
+    (
+        limit.per_second,
+        i32::try_from(limit.burst).unwrap_or(i32::MAX),
+    )
 }
 
 /// Splits a token into (key id, secret).
@@ -173,10 +262,19 @@ impl KeyCache {
         }
         let role = Role::parse(&stored.role).ok_or(AuthError::Unknown)?;
         let org = OrgId::parse(&stored.org_id).map_err(|_| AuthError::Unknown)?;
+        // The table's checks keep a stored limit valid; one that is not anyway is ignored
+        // (the role's applies), not a reason to lock the key out.
+        let rate_limit = match (stored.rate_per_second, stored.burst) {
+            (Some(rate), Some(burst)) => u32::try_from(burst)
+                .ok()
+                .and_then(|burst| RateLimit::new(rate, burst).ok()),
+            _ => None,
+        };
         Ok(Principal {
             org,
             role,
             key_id: stored.key_id,
+            rate_limit,
         })
     }
 }
@@ -184,6 +282,22 @@ impl KeyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn role_rate_limits_parse_and_apply() {
+        let setting: RoleRateLimit = "analyst=off".parse().unwrap();
+        assert_eq!(setting.limit, None);
+        let error = "robot=5/5".parse::<RoleRateLimit>().unwrap_err();
+        assert!(error.contains("unknown role"), "{error}");
+        let mut limits = RoleRateLimits::default();
+        limits.apply(&"platform=3/4".parse().unwrap());
+        assert_eq!(
+            limits.of(Role::Platform),
+            Some(RateLimit::new(3.0, 4).unwrap())
+        );
+        limits.apply(&setting);
+        assert_eq!(limits.of(Role::Analyst), None);
+    }
 
     #[test]
     fn roles_grant_what_the_issue_says() {

@@ -42,12 +42,24 @@ pub enum ApiError {
     /// The thing asked for does not exist (in this organization).
     #[error("{0}")]
     NotFound(String),
+    /// The key sent more requests than its rate limit allows; retry after the wait.
+    #[error("rate limit exceeded for this key; retry in {} s", retry_after_seconds(*.retry_after))]
+    RateLimited { retry_after: std::time::Duration },
+    /// Handling took longer than the server's limit.
+    #[error("the request took longer than {} s to handle", .0.as_secs_f64())]
+    HandlingTimeout(std::time::Duration),
     /// A dependency (the database) is down.
     #[error("service unavailable: {0}")]
     Unavailable(String),
     /// Anything else; the client sees only "internal error".
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
+}
+
+/// `Retry-After` in whole seconds (the header takes no fractions), rounded up so a client that
+/// waits that long is admitted.
+fn retry_after_seconds(wait: std::time::Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
 
 fn summarize(errors: &[FieldError]) -> String {
@@ -88,6 +100,8 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::NotFound(_) => "not_found",
+            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::HandlingTimeout(_) => "handling_timeout",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal",
         }
@@ -129,7 +143,10 @@ impl ResponseError for ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::HandlingTimeout(_) | ApiError::Unavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -152,7 +169,14 @@ impl ResponseError for ApiError {
                 .collect(),
             _ => Vec::new(),
         };
-        HttpResponse::build(self.status_code()).json(ErrorBody {
+        let mut response = HttpResponse::build(self.status_code());
+        if let ApiError::RateLimited { retry_after } = self {
+            response.insert_header((
+                actix_web::http::header::RETRY_AFTER,
+                retry_after_seconds(*retry_after),
+            ));
+        }
+        response.json(ErrorBody {
             error: ErrorDetail {
                 code: self.code().to_owned(),
                 message,

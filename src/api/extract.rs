@@ -1,7 +1,9 @@
-//! The authenticated-caller extractor: `Authorization: Bearer arc_<id>_<secret>`.
+//! The authenticated-caller extractor: `Authorization: Bearer arc_<id>_<secret>`, then the
+//! key's request rate limit.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Instant;
 
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, web};
@@ -42,6 +44,15 @@ impl FromRequest for Caller {
             let state = state
                 .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("application state missing")))?;
             let principal = state.keys.authenticate(&state.pool, &token).await?;
+            if let Some(limit) = principal
+                .rate_limit
+                .or_else(|| state.rate_limits.of(principal.role))
+            {
+                state
+                    .limiter
+                    .admit(&principal.key_id, limit, Instant::now())
+                    .map_err(|wait| ApiError::RateLimited { retry_after: wait })?;
+            }
             Ok(Caller(principal))
         })
     }

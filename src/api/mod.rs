@@ -23,6 +23,11 @@ use self::state::AppState;
 /// Largest request body accepted by default (a batch of trajectories).
 pub const DEFAULT_BODY_LIMIT: usize = 8 << 20;
 
+/// Longest a request may take to handle by default: a full body of trajectories ingests in a
+/// few seconds; anything near this is stuck (on a lock, a saturated pool), and the client is
+/// better told so than left waiting.
+pub const DEFAULT_HANDLING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// How to run the server.
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
@@ -111,6 +116,7 @@ pub fn openapi_document() -> utoipa::openapi::OpenApi {
     document.info.version = env!("CARGO_PKG_VERSION").to_owned();
     document.info.description =
         Some("Configuration recommendations for an LLM-agent evaluation platform".to_owned());
+    document_limits(&mut document);
     let components = document.components.get_or_insert_with(Default::default);
     components.add_security_scheme(
         "api_key",
@@ -124,15 +130,87 @@ pub fn openapi_document() -> utoipa::openapi::OpenApi {
     document
 }
 
-/// Counts and times every request by route pattern (not raw path, to bound cardinality).
+/// Adds what every keyed `/v1` operation may answer whatever its handler: 429 over the key's
+/// rate limit (with `Retry-After`) and 503 when the database is unreachable or handling
+/// outlasts its limit. One place, so a new route cannot forget them.
+fn document_limits(document: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    use utoipa::openapi::{ContentBuilder, HeaderBuilder, Ref, ResponseBuilder};
+    let error_body = || {
+        ContentBuilder::new()
+            .schema(Some(Ref::from_schema_name("ErrorBody")))
+            .build()
+    };
+    let rate_limited = ResponseBuilder::new()
+        .description("The key's request rate limit is exceeded; retry after `Retry-After` seconds")
+        .content("application/json", error_body())
+        .header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(1)),
+                ))
+                .description(Some(
+                    "Whole seconds to wait before the key is admitted again",
+                ))
+                .build(),
+        )
+        .build();
+    let unavailable = ResponseBuilder::new()
+        .description("The database is unreachable, or handling took longer than the server's limit")
+        .content("application/json", error_body())
+        .build();
+    for (path, item) in document.paths.paths.iter_mut() {
+        if !path.starts_with("/v1/") {
+            continue;
+        }
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for operation in operations.into_iter().flatten() {
+            let responses = &mut operation.responses.responses;
+            responses
+                .entry("429".to_owned())
+                .or_insert_with(|| rate_limited.clone().into());
+            responses
+                .entry("503".to_owned())
+                .or_insert_with(|| unavailable.clone().into());
+        }
+    }
+}
+
+/// Counts and times every request by route pattern (not raw path, to bound cardinality), and
+/// answers 503 for one whose handling outlasts the configured limit. A handler stopped that way
+/// never answered 2xx, so nothing it was writing was acknowledged.
 async fn record_request(
     request: ServiceRequest,
-    next: Next<impl MessageBody>,
+    next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let started = Instant::now();
     let method = request.method().to_string();
     let state = request.app_data::<web::Data<AppState>>().cloned();
-    let response = next.call(request).await?;
+    let timeout = state
+        .as_ref()
+        .map_or(DEFAULT_HANDLING_TIMEOUT, |s| s.handling_timeout);
+    let path = request.path().to_owned();
+    let Ok(response) = tokio::time::timeout(timeout, next.call(request)).await else {
+        tracing::warn!(%path, timeout_s = timeout.as_secs_f64(), "request outlasted the handling limit");
+        if let Some(state) = state {
+            // The request went into the handler, so its route is not known here any more:
+            // timed-out requests are counted under one label of their own.
+            state
+                .metrics
+                .record_http_request(&method, "timed_out", 503, started.elapsed());
+        }
+        return Err(error::ApiError::HandlingTimeout(timeout).into());
+    };
+    let response = response?;
     if let Some(state) = state {
         let route = response
             .request()

@@ -1,10 +1,14 @@
-//! What every handler can reach: the database, the key cache, metrics and limits.
+//! What every handler can reach: the database, the key cache, metrics and limits (body size,
+//! handling time, request rates).
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use sqlx::PgPool;
 
-use crate::auth::KeyCache;
+use crate::auth::{KeyCache, RoleRateLimits};
+use crate::rate_limit::RateLimiter;
 use crate::recommend::service::Serving;
 
 /// Shared application state (behind `web::Data`).
@@ -15,6 +19,12 @@ pub struct AppState {
     pub metrics: telemetry::Metrics,
     /// Largest accepted request body, in bytes.
     pub body_limit: usize,
+    /// Longest a request may take to handle before it is answered 503.
+    pub handling_timeout: Duration,
+    /// Each role's request rate limit (a key's own, where set, wins).
+    pub rate_limits: RoleRateLimits,
+    /// The keys' request buckets.
+    pub limiter: RateLimiter,
     /// Candidates, cluster models and bandit policies per organization.
     pub serving: Arc<Serving>,
 }

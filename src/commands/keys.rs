@@ -2,8 +2,9 @@
 
 use clap::{Args, Subcommand};
 
-use crate::auth::{Role, create_key};
+use crate::auth::{Role, create_key, stored_rate_limit};
 use crate::domain::OrgId;
+use crate::rate_limit::RateLimit;
 use crate::storage::{Database, api_keys};
 
 /// `arc-rec keys ...`.
@@ -16,6 +17,20 @@ pub enum KeysCommand {
         /// Organization id.
         #[arg(long)]
         org: String,
+    },
+    /// Set or clear a key's own request rate limit (takes effect within 30 seconds on running
+    /// servers; without one, the key gets its role's, `serve --rate-limit`).
+    SetRateLimit {
+        /// Organization id.
+        #[arg(long)]
+        org: String,
+        /// The key id (the 16 hex digits after `arc_`).
+        #[arg(long)]
+        key_id: String,
+        /// RATE/BURST (requests per second / at once), e.g. 50/100, or `default` for the
+        /// role's limit.
+        #[arg(long, value_parser = parse_key_rate_limit)]
+        rate_limit: KeyRateLimit,
     },
     /// Revoke a key (takes effect within 30 seconds on running servers).
     Revoke {
@@ -40,6 +55,25 @@ pub struct CreateKeyArgs {
     /// A note for humans (who holds it).
     #[arg(long)]
     pub label: Option<String>,
+    /// The key's own request rate limit, RATE/BURST (requests per second / at once), e.g.
+    /// 50/100, instead of its role's (`serve --rate-limit`).
+    #[arg(long)]
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// `keys set-rate-limit --rate-limit`: a key's own limit, or back to its role's.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyRateLimit {
+    Own(RateLimit),
+    RoleDefault,
+}
+
+fn parse_key_rate_limit(text: &str) -> Result<KeyRateLimit, String> {
+    if text.trim() == "default" {
+        Ok(KeyRateLimit::RoleDefault)
+    } else {
+        text.parse().map(KeyRateLimit::Own)
+    }
 }
 
 fn parse_org(raw: &str) -> anyhow::Result<OrgId> {
@@ -51,7 +85,14 @@ pub async fn run(command: &KeysCommand, database: &Database) -> anyhow::Result<(
     match command {
         KeysCommand::Create(args) => {
             let org = parse_org(&args.org)?;
-            let key = create_key(database.pool(), &org, args.role, args.label.as_deref()).await?;
+            let key = create_key(
+                database.pool(),
+                &org,
+                args.role,
+                args.label.as_deref(),
+                args.rate_limit,
+            )
+            .await?;
             eprintln!(
                 "created {} key {} for {org}; store the token now, it is not shown again:",
                 args.role.as_str(),
@@ -62,17 +103,40 @@ pub async fn run(command: &KeysCommand, database: &Database) -> anyhow::Result<(
         KeysCommand::List { org } => {
             let org = parse_org(org)?;
             println!(
-                "{:<18} {:<10} {:<26} {:<8} label",
-                "key_id", "role", "created_at", "revoked"
+                "{:<18} {:<10} {:<26} {:<8} {:<14} label",
+                "key_id", "role", "created_at", "revoked", "rate_limit"
             );
-            for (key_id, role, label, created_at, revoked) in
-                api_keys::list(database.pool(), org.as_str()).await?
-            {
-                let created = created_at.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+            for key in api_keys::list(database.pool(), org.as_str()).await? {
+                let created = key.created_at.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+                let limit = match (key.rate_per_second, key.burst) {
+                    (Some(rate), Some(burst)) => format!("{rate}/{burst}"),
+                    _ => "role".to_owned(),
+                };
                 println!(
-                    "{key_id:<18} {role:<10} {created:<26} {revoked:<8} {}",
-                    label.unwrap_or_default()
+                    "{:<18} {:<10} {created:<26} {:<8} {limit:<14} {}",
+                    key.key_id,
+                    key.role,
+                    key.revoked,
+                    key.label.unwrap_or_default()
                 );
+            }
+        }
+        KeysCommand::SetRateLimit {
+            org,
+            key_id,
+            rate_limit,
+        } => {
+            let org = parse_org(org)?;
+            let stored = match rate_limit {
+                KeyRateLimit::Own(limit) => Some(stored_rate_limit(*limit)),
+                KeyRateLimit::RoleDefault => None,
+            };
+            if !api_keys::set_rate_limit(database.pool(), org.as_str(), key_id, stored).await? {
+                anyhow::bail!("no active key {key_id} in organization {org}");
+            }
+            match rate_limit {
+                KeyRateLimit::Own(limit) => println!("{key_id}: rate limit {limit}"),
+                KeyRateLimit::RoleDefault => println!("{key_id}: its role's rate limit"),
             }
         }
         KeysCommand::Revoke { org, key_id } => {

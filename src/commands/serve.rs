@@ -4,8 +4,8 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::api::state::AppState;
-use crate::api::{Application, DEFAULT_BODY_LIMIT, ServerSettings};
-use crate::auth::KeyCache;
+use crate::api::{Application, DEFAULT_BODY_LIMIT, DEFAULT_HANDLING_TIMEOUT, ServerSettings};
+use crate::auth::{KeyCache, RoleRateLimit, RoleRateLimits};
 use crate::recommend::exposure::ExposureCap;
 use crate::recommend::service::{Serving, ServingOptions};
 use crate::storage::Database;
@@ -30,6 +30,25 @@ pub struct ServeArgs {
     /// Answers after which a model version is no longer new (see --new-version-share).
     #[arg(long, default_value_t = ExposureCap::default().feedbacks)]
     pub new_version_feedbacks: u64,
+    /// A role's request rate limit per key, ROLE=RATE/BURST (requests per second / at once) or
+    /// ROLE=off; repeat for each role. Defaults: platform=1000/2000, analyst=20/40,
+    /// admin=20/40. A key's own limit (`keys set-rate-limit`) wins. Over it: 429 with
+    /// Retry-After. Each replica limits on its own.
+    #[arg(long = "rate-limit", value_name = "ROLE=RATE/BURST")]
+    pub rate_limits: Vec<RoleRateLimit>,
+    /// Seconds a request may take to handle before it is answered 503 (nothing it was writing
+    /// was acknowledged).
+    #[arg(long, default_value_t = DEFAULT_HANDLING_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
+    pub handling_timeout: f64,
+}
+
+fn parse_timeout(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0 => Ok(seconds),
+        _ => Err(format!(
+            "{text:?}: expected seconds, more than 0 and at most 3600"
+        )),
+    }
 }
 
 /// Serves until SIGINT or SIGTERM, then drains in-flight requests.
@@ -58,12 +77,19 @@ pub async fn run(
     let serving = Serving::start_with(database.pool().clone(), ServingOptions { exposure_cap })
         .await
         .context("cannot load the serving state")?;
+    let mut rate_limits = RoleRateLimits::default();
+    for setting in &args.rate_limits {
+        rate_limits.apply(setting);
+    }
     let state = AppState {
         serving,
         pool: database.pool().clone(),
         keys: KeyCache::default(),
         metrics: metrics.clone(),
         body_limit: args.body_limit,
+        handling_timeout: std::time::Duration::from_secs_f64(args.handling_timeout),
+        rate_limits,
+        limiter: Default::default(),
     };
     let settings = ServerSettings {
         listen: args.listen.clone(),

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{contract_lines, spawn_app, spawn_app_with_limit};
+use crate::helpers::{Limits, contract_lines, spawn_app, spawn_app_with};
 
 fn contract_records() -> Value {
     Value::Array(
@@ -174,7 +174,11 @@ async fn bad_bodies_name_the_field() {
 
 #[tokio::test]
 async fn oversized_body_is_413() {
-    let app = spawn_app_with_limit(1024).await;
+    let app = spawn_app_with(Limits {
+        body: 1024,
+        ..Limits::default()
+    })
+    .await;
     let body = contract_records();
     let (status, error) = error_of(
         app.post("/v1/trajectories", Some(&app.platform_key), &body)
@@ -185,6 +189,95 @@ async fn oversized_body_is_413() {
         (status, error["code"].as_str()),
         (413, Some("payload_too_large"))
     );
+}
+
+/// A request whose handling outlasts the server's limit is answered 503 with its own code (here
+/// a limit no database round trip fits in), and counted in the metrics.
+#[tokio::test]
+async fn handling_past_the_limit_is_503() {
+    let app = spawn_app_with(Limits {
+        handling: std::time::Duration::from_nanos(1),
+        ..Limits::default()
+    })
+    .await;
+    let response = app
+        .post(
+            "/v1/trajectories",
+            Some(&app.platform_key),
+            &contract_records(),
+        )
+        .await;
+    let (status, error) = error_of(response).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (503, Some("handling_timeout"))
+    );
+    let metrics = app.get("/metrics", None).await.text().await.unwrap();
+    assert!(metrics.contains("timed_out"), "{metrics}");
+}
+
+/// 400 requests from one key as fast as one client sends them: the role's limit (analysts:
+/// 20/s with a burst of 40) lets the burst through and answers the rest 429 with a whole-second
+/// `Retry-After`, after which the key is admitted again; another key is not held back.
+#[tokio::test]
+async fn rapid_requests_from_one_key_get_429_with_retry_after() {
+    let app = spawn_app().await;
+    let path = "/v1/analytics/acceptance?group_by=type";
+    let started = std::time::Instant::now();
+    let (mut ok, mut limited, mut retry_after) = (0u32, 0u32, Vec::new());
+    for _ in 0..400 {
+        let response = app.get(path, Some(&app.analyst_key)).await;
+        match response.status().as_u16() {
+            200 => ok += 1,
+            429 => {
+                limited += 1;
+                let header = response.headers()["retry-after"].to_str().unwrap();
+                retry_after.push(header.parse::<u64>().expect("whole seconds"));
+                if limited == 1 {
+                    let (_, error) = error_of(response).await;
+                    assert_eq!(error["code"], "rate_limited", "{error}");
+                }
+            }
+            other => panic!("status {other}"),
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(ok + limited, 400);
+    assert!(ok >= 40, "the burst passes: {ok} admitted");
+    assert!(
+        f64::from(ok) <= 40.0 + 20.0 * elapsed + 1.0,
+        "{ok} admitted in {elapsed:.2} s is over 20/s with a burst of 40"
+    );
+    assert!(limited > 0);
+    assert!(retry_after.iter().all(|&s| s >= 1), "{retry_after:?}");
+    assert_eq!(
+        app.get(path, Some(&app.admin_key)).await.status(),
+        200,
+        "keys are limited one by one"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(*retry_after.last().unwrap())).await;
+    assert_eq!(app.get(path, Some(&app.analyst_key)).await.status(), 200);
+}
+
+/// A key's own limit (`keys create|set-rate-limit --rate-limit`) wins over its role's.
+#[tokio::test]
+async fn a_key_s_own_rate_limit_wins_over_its_role_s() {
+    use arc_rec::auth::{Role, create_key};
+    use arc_rec::rate_limit::RateLimit;
+    let app = spawn_app().await;
+    let org = arc_rec::domain::OrgId::parse("acme").unwrap();
+    let limit = RateLimit::new(0.5, 2).unwrap();
+    let key = create_key(app.db.pool(), &org, Role::Analyst, None, Some(limit))
+        .await
+        .unwrap()
+        .token;
+    let path = "/v1/analytics/acceptance?group_by=type";
+    for _ in 0..2 {
+        assert_eq!(app.get(path, Some(&key)).await.status(), 200);
+    }
+    let response = app.get(path, Some(&key)).await;
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["retry-after"], "2");
 }
 
 #[tokio::test]
@@ -215,6 +308,18 @@ async fn openapi_lists_every_route() {
         9,
         "a route without an OpenAPI entry, or the other way round: {paths:?}"
     );
+    for (path, operations) in document["paths"].as_object().unwrap() {
+        if path.starts_with("/v1/") {
+            for (method, operation) in operations.as_object().unwrap() {
+                let limited = &operation["responses"]["429"];
+                assert!(
+                    limited["headers"]["Retry-After"].is_object(),
+                    "{method} {path}: {limited}"
+                );
+                assert!(operation["responses"]["503"].is_object(), "{method} {path}");
+            }
+        }
+    }
     for schema in [
         "AcceptanceResponse",
         "RecommendationRequest",

@@ -75,3 +75,74 @@ fn bad_arguments_are_reported_by_name() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--since"), "{stderr}");
 }
+
+/// `keys create --rate-limit`, `keys list` (which shows it and never a secret), `keys
+/// set-rate-limit` back to the role's, a bad limit named, and revocation.
+#[tokio::test]
+async fn keys_carry_their_own_rate_limit_through_the_binary() {
+    use crate::helpers::run;
+    let db = fresh_database().await;
+    let token = run(arc_rec(&db.url).args([
+        "keys",
+        "create",
+        "--org",
+        "acme",
+        "--role",
+        "analyst",
+        "--rate-limit",
+        "5/10",
+    ]));
+    let key_id = token.trim().split('_').nth(1).unwrap().to_owned();
+    let secret = token.trim().split('_').nth(2).unwrap().to_owned();
+    let listed = run(arc_rec(&db.url).args(["keys", "list", "--org", "acme"]));
+    let row = listed.lines().find(|l| l.starts_with(&key_id)).unwrap();
+    assert!(row.contains(" 5/10 "), "{listed}");
+    assert!(!listed.contains(&secret));
+    run(arc_rec(&db.url).args([
+        "keys",
+        "set-rate-limit",
+        "--org",
+        "acme",
+        "--key-id",
+        &key_id,
+        "--rate-limit",
+        "default",
+    ]));
+    let listed = run(arc_rec(&db.url).args(["keys", "list", "--org", "acme"]));
+    let row = listed.lines().find(|l| l.starts_with(&key_id)).unwrap();
+    assert!(row.contains(" role ") && !row.contains("5/10"), "{listed}");
+    let output = arc_rec(&db.url)
+        .args([
+            "keys",
+            "set-rate-limit",
+            "--org",
+            "acme",
+            "--key-id",
+            &key_id,
+        ])
+        .args(["--rate-limit", "5/0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("--rate-limit") && stderr.contains("burst"),
+        "{stderr}"
+    );
+    let output = arc_rec(&db.url)
+        .args([
+            "keys",
+            "set-rate-limit",
+            "--org",
+            "other",
+            "--key-id",
+            &key_id,
+        ])
+        .args(["--rate-limit", "5/5"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("no active key"),
+        "another organization's key is not touched"
+    );
+    run(arc_rec(&db.url).args(["keys", "revoke", "--org", "acme", "--key-id", &key_id]));
+}

@@ -219,21 +219,39 @@ impl Drop for TestApp {
 
 /// Starts the API on port 0 over a fresh database (zero-to-production's `spawn_app`).
 pub async fn spawn_app() -> TestApp {
-    spawn_app_with_limit(arc_rec::api::DEFAULT_BODY_LIMIT).await
+    spawn_app_with(Limits::default()).await
 }
 
-/// [`spawn_app`] with a custom body limit.
-pub async fn spawn_app_with_limit(body_limit: usize) -> TestApp {
+/// The server's limits a test may tighten (the rest of its settings are `serve`'s defaults).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest request body, bytes.
+    pub body: usize,
+    /// Longest handling of one request.
+    pub handling: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            body: arc_rec::api::DEFAULT_BODY_LIMIT,
+            handling: arc_rec::api::DEFAULT_HANDLING_TIMEOUT,
+        }
+    }
+}
+
+/// [`spawn_app`] with custom limits.
+pub async fn spawn_app_with(limits: Limits) -> TestApp {
     let db = fresh_database().await;
-    Box::pin(spawn_app_on(db, "acme", body_limit)).await
+    Box::pin(spawn_app_on(db, "acme", limits)).await
 }
 
 /// Starts the API over `db` (as it is: data, clusters, model candidates), with one key per role
 /// for organization `org`.
-pub async fn spawn_app_on(db: TestDb, org: &str, body_limit: usize) -> TestApp {
+pub async fn spawn_app_on(db: TestDb, org: &str, limits: Limits) -> TestApp {
     use arc_rec::auth::{KeyCache, Role, create_key};
     let org = arc_rec::domain::OrgId::parse(org).unwrap();
-    let key = |role| create_key(db.pool(), &org, role, None);
+    let key = |role| create_key(db.pool(), &org, role, None, None);
     let platform_key = key(Role::Platform).await.unwrap().token;
     let analyst_key = key(Role::Analyst).await.unwrap().token;
     let admin_key = key(Role::Admin).await.unwrap().token;
@@ -245,7 +263,10 @@ pub async fn spawn_app_on(db: TestDb, org: &str, body_limit: usize) -> TestApp {
         pool: db.pool().clone(),
         keys: KeyCache::default(),
         metrics: telemetry::Metrics::new("arc_rec_test").expect("metrics"),
-        body_limit,
+        body_limit: limits.body,
+        handling_timeout: limits.handling,
+        rate_limits: Default::default(),
+        limiter: Default::default(),
     };
     let settings = arc_rec::api::ServerSettings {
         listen: "127.0.0.1:0".into(),

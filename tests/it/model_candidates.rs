@@ -11,7 +11,7 @@ use arc_rec::rft::model_candidates::serving_contexts;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    TestApp, arc_rec, fresh_database, run, spawn_app_on, training_world, world_grader_args,
+    Limits, TestApp, arc_rec, fresh_database, run, spawn_app_on, training_world, world_grader_args,
 };
 /// Only this organization is clustered, so the others' contexts keep failure categories as
 /// their clusters and their candidates are stored for any cluster: both paths are exercised.
@@ -144,7 +144,7 @@ async fn model_candidates_are_served_marked_as_the_models_and_feedback_on_them_i
         .filter(|c| c.org == org)
         .collect();
     let pool = db.pool().clone();
-    let app = spawn_app_on(db, &org, arc_rec::api::DEFAULT_BODY_LIMIT).await;
+    let app = spawn_app_on(db, &org, Limits::default()).await;
     let mut shown: Option<(Value, Value)> = None;
     'contexts: for context in &contexts {
         let failures: Vec<(String, String)> = sqlx::query_as(
