@@ -188,14 +188,11 @@ impl ResponseError for ApiError {
 
 impl From<StorageError> for ApiError {
     fn from(err: StorageError) -> Self {
-        match err {
-            StorageError::Connect(_) | StorageError::Embedded(_) => {
-                ApiError::Unavailable("database unreachable".into())
-            }
-            StorageError::BadUrl(_)
-            | StorageError::Migrate(_)
-            | StorageError::Query { .. }
-            | StorageError::Task(_) => ApiError::Internal(anyhow::Error::new(err)),
+        if err.is_unavailable() {
+            tracing::warn!(error = ?anyhow::Error::new(err), "database unreachable");
+            ApiError::Unavailable("database unreachable".into())
+        } else {
+            ApiError::Internal(anyhow::Error::new(err))
         }
     }
 }
@@ -213,6 +210,9 @@ impl From<ServeError> for ApiError {
             ServeError::Storage(storage) => storage.into(),
             ServeError::Log(DecisionWriteError::Stopped) => {
                 ApiError::Unavailable("shutting down".into())
+            }
+            ServeError::Log(DecisionWriteError::Unavailable(_)) => {
+                ApiError::Unavailable("database unreachable".into())
             }
             ServeError::Cluster(_)
             | ServeError::Rank(_)

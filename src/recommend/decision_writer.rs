@@ -18,14 +18,17 @@ const MAX_BATCH: usize = 256;
 /// Requests that may wait for the writer before senders back off (bounded memory).
 const QUEUE: usize = 4096;
 
-type Reply = oneshot::Sender<Result<(), String>>;
+type Reply = oneshot::Sender<Result<(), DecisionWriteError>>;
 
 /// Why a decision was not logged.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum DecisionWriteError {
     /// The writer task is gone (shutting down).
     #[error("decision writer stopped")]
     Stopped,
+    /// The database was out of reach for the batch's transaction (nothing committed).
+    #[error("decision log write failed, database unreachable: {0}")]
+    Unavailable(String),
     /// The batch's transaction failed.
     #[error("decision log write failed: {0}")]
     Failed(String),
@@ -52,9 +55,7 @@ impl DecisionWriter {
             .send((decision, reply))
             .await
             .map_err(|_| DecisionWriteError::Stopped)?;
-        done.await
-            .map_err(|_| DecisionWriteError::Stopped)?
-            .map_err(DecisionWriteError::Failed)
+        done.await.map_err(|_| DecisionWriteError::Stopped)?
     }
 }
 
@@ -74,9 +75,14 @@ async fn run(pool: PgPool, mut receiver: mpsc::Receiver<(DecisionRecord, Reply)>
             }
         }
         let result = insert_decisions(&pool, &records).await.map_err(|e| {
+            let unavailable = e.is_unavailable();
             let chain = anyhow::Error::new(e);
             tracing::error!(error = ?chain, decisions = records.len(), "decision batch failed");
-            format!("{chain:#}")
+            if unavailable {
+                DecisionWriteError::Unavailable(format!("{chain:#}"))
+            } else {
+                DecisionWriteError::Failed(format!("{chain:#}"))
+            }
         });
         for reply in replies.drain(..) {
             // A request that gave up waiting is no reason to stop.

@@ -52,6 +52,69 @@ pub enum StorageError {
     },
 }
 
+impl StorageError {
+    /// Whether the database is out of reach (down, restarting, refusing connections, the pool
+    /// exhausted past its acquire timeout) rather than the query wrong: the caller may retry
+    /// later, and the API answers 503, not 500.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StorageError::Connect(_) | StorageError::Embedded(_) => true,
+            StorageError::Query { source, .. } => sqlx_unavailable(source),
+            StorageError::Migrate(sqlx::migrate::MigrateError::Execute(source)) => {
+                sqlx_unavailable(source)
+            }
+            StorageError::BadUrl(_) | StorageError::Task(_) | StorageError::Migrate(_) => false,
+        }
+    }
+}
+
+/// Whether a sqlx error means the server is out of reach: no connection to be had in time,
+/// a broken connection, or Postgres refusing work while it shuts down or starts up (SQLSTATE
+/// class 08 connection exceptions, 57P01–57P03, 53300 too many connections).
+pub fn sqlx_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "53300")
+        }),
+        _ => false,
+    }
+}
+
+/// The migrations this binary knows that the database has not applied (by version, oldest
+/// first): a server on a database restored from an older backup, or one a newer binary's
+/// migration half-applied, is not ready.
+pub async fn pending_migrations(pool: &PgPool) -> Result<Vec<i64>, StorageError> {
+    let applied: Vec<i64> =
+        match sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(pool)
+            .await
+        {
+            Ok(applied) => applied,
+            // No migration table: nothing was ever applied.
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P01") => Vec::new(),
+            Err(source) => {
+                return Err(StorageError::Query {
+                    context: "read applied migrations",
+                    source,
+                });
+            }
+        };
+    Ok(MIGRATOR
+        .iter()
+        .map(|migration| migration.version)
+        .filter(|version| !applied.contains(version))
+        .collect())
+}
+
+/// Longest a request waits for a pooled connection before it fails (503 at the API): while the
+/// database is down, requests fail within this bound instead of queueing.
+pub const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Adds a static description to a sqlx error.
 pub(crate) trait QueryContext<T> {
     fn context(self, context: &'static str) -> Result<T, StorageError>;
@@ -132,6 +195,7 @@ impl Database {
         let connect = connect.log_statements(tracing::log::LevelFilter::Trace);
         let pool = PgPoolOptions::new()
             .max_connections(16)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(connect.clone())
             .await
             .map_err(StorageError::Connect)?;

@@ -348,3 +348,18 @@ fn init_tiny_model(url: &str, out: &std::path::Path) {
         .arg("--out")
         .arg(out));
 }
+
+/// The request of CONTRACTS.md, verbatim.
+pub fn contract_request() -> serde_json::Value {
+    serde_json::json!({
+      "failure_context": {
+        "failure_cluster_embedding": [0.01, -0.2, 0.33],
+        "failures": [{"failure_category": "timeout", "error_message": "web_search timed out after 5000 ms", "tool_name": "web_search"}],
+        "outcome_ids": ["o1"]
+      },
+      "current_config": {"model": "openai/gpt-4.1", "temperature": 0.7, "tools": [{"name": "web_search"}], "retry": {"max_attempts": 1}, "timeout_s": 30},
+      "user_context": {"user_role": "senior_ml_engineer", "domain": "fintech"},
+      "k": 3,
+      "max_cost_increase_usd_per_run": 0.05
+    })
+}

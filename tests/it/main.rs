@@ -21,6 +21,8 @@ mod decisions;
 mod embedded;
 /// Export: reward rules on hand-made rows, filters, formats, atomic output.
 mod export;
+/// Faults: Postgres stopped and started under the service, missing migrations.
+mod faults;
 /// Ingest: the contract examples, idempotency, bad input naming line and field.
 mod ingest;
 /// `arc-rec model init`: the preset checkpoint through the binary.

@@ -6,22 +6,7 @@ use std::time::Duration;
 use arc_rec::recommend::service::Serving;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, arc_rec, contract_lines, spawn_app};
-
-/// The request of CONTRACTS.md, verbatim.
-fn contract_request() -> Value {
-    json!({
-      "failure_context": {
-        "failure_cluster_embedding": [0.01, -0.2, 0.33],
-        "failures": [{"failure_category": "timeout", "error_message": "web_search timed out after 5000 ms", "tool_name": "web_search"}],
-        "outcome_ids": ["o1"]
-      },
-      "current_config": {"model": "openai/gpt-4.1", "temperature": 0.7, "tools": [{"name": "web_search"}], "retry": {"max_attempts": 1}, "timeout_s": 30},
-      "user_context": {"user_role": "senior_ml_engineer", "domain": "fintech"},
-      "k": 3,
-      "max_cost_increase_usd_per_run": 0.05
-    })
-}
+use crate::helpers::{TestApp, arc_rec, contract_lines, contract_request, spawn_app};
 
 /// Posts the contract request with the platform key and returns the response body.
 async fn recommend_contract(app: &TestApp) -> Value {

@@ -6,7 +6,7 @@ use utoipa::ToSchema;
 
 use crate::api::error::ApiError;
 use crate::api::state::AppState;
-use crate::storage::analytics;
+use crate::storage;
 
 /// Health status.
 #[derive(Debug, Serialize, ToSchema)]
@@ -22,13 +22,20 @@ pub async fn healthz() -> web::Json<Health> {
     web::Json(Health { status: "ok" })
 }
 
-/// The process can serve: the database answers.
+/// The process can serve: the database answers and has every migration this binary knows.
 #[utoipa::path(tag = "operations", responses((status = 200, body = Health), (status = 503, body = crate::api::error::ErrorBody)))]
 #[get("/readyz")]
 pub async fn readyz(state: web::Data<AppState>) -> Result<web::Json<Health>, ApiError> {
-    analytics::ping(&state.pool)
+    let pending = storage::pending_migrations(&state.pool)
         .await
         .map_err(|_| ApiError::Unavailable("database not answering".into()))?;
+    if !pending.is_empty() {
+        let versions: Vec<String> = pending.iter().map(ToString::to_string).collect();
+        return Err(ApiError::Unavailable(format!(
+            "migrations pending: {} (run `arc-rec migrate`, or restart a server: it applies them)",
+            versions.join(", ")
+        )));
+    }
     Ok(web::Json(Health { status: "ok" }))
 }
 
