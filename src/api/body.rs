@@ -6,16 +6,20 @@ use actix_web::HttpRequest;
 use actix_web::web::Payload;
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::error::ApiError;
 use crate::domain::FieldError;
+use crate::domain::validation::find_nul;
 
-/// Reads the whole body (at most `limit` bytes) and deserializes it.
-pub async fn read_json<T: DeserializeOwned>(
+/// Reads the whole body (at most `limit` bytes) as JSON; [`typed`] then reads it as the
+/// handler's type, and the handler checks it against the document last
+/// (`RequestSchemas::check`).
+pub async fn read_json(
     request: &HttpRequest,
     mut payload: Payload,
     limit: usize,
-) -> Result<T, ApiError> {
+) -> Result<Value, ApiError> {
     if let Some(content_type) = request.headers().get(actix_web::http::header::CONTENT_TYPE) {
         let content_type = content_type.to_str().unwrap_or_default();
         let essence = content_type.split(';').next().unwrap_or_default().trim();
@@ -43,6 +47,19 @@ pub async fn read_json<T: DeserializeOwned>(
     parse_json(&body)
 }
 
+/// Reads a parsed body as `T`; errors name the field.
+pub fn typed<T: DeserializeOwned>(body: &Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(body).map_err(|err| {
+        let path = err.path().to_string();
+        let field = if path == "." {
+            "(body)".to_owned()
+        } else {
+            path
+        };
+        ApiError::Invalid(vec![FieldError::new(field, err.into_inner().to_string())])
+    })
+}
+
 /// Deserializes a query string; errors name the parameter.
 pub fn parse_query<T: DeserializeOwned>(request: &HttpRequest) -> Result<T, ApiError> {
     let pairs = form_urlencoded::parse(request.query_string().as_bytes());
@@ -57,29 +74,11 @@ pub fn parse_query<T: DeserializeOwned>(request: &HttpRequest) -> Result<T, ApiE
     })
 }
 
-/// Deserializes with serde_path_to_error so the error names the field.
-pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
-        let path = err.path().to_string();
-        let inner = err.into_inner();
-        if inner.is_data() {
-            let field = if path == "." {
-                "(body)".to_owned()
-            } else {
-                path
-            };
-            let message = inner.to_string();
-            let message = message
-                .rsplit_once(" at line ")
-                .map_or(message.clone(), |(m, _)| m.to_owned());
-            ApiError::Invalid(vec![FieldError::new(field, message)])
-        } else {
-            ApiError::MalformedJson(inner.to_string())
-        }
-    })?;
-    deserializer
-        .end()
-        .map_err(|err| ApiError::MalformedJson(err.to_string()))?;
-    Ok(value)
+/// Parses a body as JSON: syntax errors are 400, a NUL character (which Postgres cannot store)
+/// is a 422 naming its field.
+fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    if let Some(error) = std::str::from_utf8(body).ok().and_then(find_nul) {
+        return Err(ApiError::Invalid(vec![error]));
+    }
+    serde_json::from_slice(body).map_err(|err| ApiError::MalformedJson(err.to_string()))
 }

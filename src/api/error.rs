@@ -48,6 +48,12 @@ pub enum ApiError {
     /// Handling took longer than the server's limit.
     #[error("the request took longer than {} s to handle", .0.as_secs_f64())]
     HandlingTimeout(std::time::Duration),
+    /// The path exists, the method does not.
+    #[error("{method} is not allowed here; allowed: {}", .allowed.join(", "))]
+    MethodNotAllowed {
+        method: String,
+        allowed: Vec<&'static str>,
+    },
     /// A dependency (the database) is down.
     #[error("service unavailable: {0}")]
     Unavailable(String),
@@ -100,6 +106,7 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::HandlingTimeout(_) => "handling_timeout",
             ApiError::Unavailable(_) => "unavailable",
@@ -143,6 +150,7 @@ impl ResponseError for ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::HandlingTimeout(_) | ApiError::Unavailable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -170,11 +178,17 @@ impl ResponseError for ApiError {
             _ => Vec::new(),
         };
         let mut response = HttpResponse::build(self.status_code());
-        if let ApiError::RateLimited { retry_after } = self {
-            response.insert_header((
-                actix_web::http::header::RETRY_AFTER,
-                retry_after_seconds(*retry_after),
-            ));
+        match self {
+            ApiError::RateLimited { retry_after } => {
+                response.insert_header((
+                    actix_web::http::header::RETRY_AFTER,
+                    retry_after_seconds(*retry_after),
+                ));
+            }
+            ApiError::MethodNotAllowed { allowed, .. } => {
+                response.insert_header((actix_web::http::header::ALLOW, allowed.join(", ")));
+            }
+            _ => {}
         }
         response.json(ErrorBody {
             error: ErrorDetail {

@@ -5,7 +5,9 @@
 pub mod body;
 pub mod error;
 pub mod extract;
+pub mod request_schemas;
 pub mod routes;
+pub mod schema_rules;
 pub mod state;
 
 use std::net::TcpListener;
@@ -67,7 +69,7 @@ impl Application {
                 .into_utoipa_app()
                 .configure(routes_config)
                 .split_for_parts();
-            app
+            app.default_service(web::to(unmatched))
         })
         .workers(settings.workers.max(1))
         // We stop on our own signal handling (see `arc-rec serve`), draining requests.
@@ -106,8 +108,24 @@ fn routes_config(config: &mut utoipa_actix_web::service_config::ServiceConfig<'_
         .service(routes::analytics::ope);
 }
 
-/// The OpenAPI document of every handler registered in [`routes_config`].
-pub fn openapi_document() -> utoipa::openapi::OpenApi {
+/// The OpenAPI document as served: [`generated_document`] with [`schema_rules::refine`]'s rules.
+#[derive(Debug, Clone)]
+pub struct OpenApiDocument(pub serde_json::Value);
+
+/// The OpenAPI document served at `/openapi.json`.
+pub fn openapi_document() -> OpenApiDocument {
+    let mut document = serde_json::to_value(generated_document()).unwrap_or_else(|err| {
+        tracing::error!(error = %err, "cannot serialize the OpenAPI document");
+        serde_json::Value::Null
+    });
+    for pointer in schema_rules::refine(&mut document) {
+        tracing::error!(pointer, "an OpenAPI schema rule found nothing to refine");
+    }
+    OpenApiDocument(document)
+}
+
+/// The OpenAPI document of every handler registered in [`routes_config`], as derived.
+pub fn generated_document() -> utoipa::openapi::OpenApi {
     let (_, mut document) = App::new()
         .into_utoipa_app()
         .configure(routes_config)
@@ -130,9 +148,34 @@ pub fn openapi_document() -> utoipa::openapi::OpenApi {
     document
 }
 
+/// Answers a request no route took: 405 with `Allow` when the path exists under other methods
+/// (from the OpenAPI document, which lists every route), else 404; JSON bodies either way.
+async fn unmatched(
+    request: actix_web::HttpRequest,
+    document: web::Data<OpenApiDocument>,
+) -> actix_web::HttpResponse {
+    let path = request.path();
+    use actix_web::ResponseError as _;
+    match document.0["paths"].get(path) {
+        Some(item) => {
+            let allowed = ["GET", "PUT", "POST", "DELETE", "PATCH"]
+                .into_iter()
+                .filter(|method| item.get(method.to_ascii_lowercase()).is_some())
+                .collect();
+            error::ApiError::MethodNotAllowed {
+                method: request.method().to_string(),
+                allowed,
+            }
+        }
+        None => error::ApiError::NotFound(format!("no such route: {path}")),
+    }
+    .error_response()
+}
+
 /// Adds what every keyed `/v1` operation may answer whatever its handler: 429 over the key's
-/// rate limit (with `Retry-After`) and 503 when the database is unreachable or handling
-/// outlasts its limit. One place, so a new route cannot forget them.
+/// rate limit (with `Retry-After`), 503 when the database is unreachable or handling outlasts
+/// its limit, and for those with a body 400, 413 and 415. One place, so a new route cannot
+/// forget them.
 fn document_limits(document: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::schema::{ObjectBuilder, Type};
     use utoipa::openapi::{ContentBuilder, HeaderBuilder, Ref, ResponseBuilder};
@@ -158,6 +201,23 @@ fn document_limits(document: &mut utoipa::openapi::OpenApi) {
                 .build(),
         )
         .build();
+    let body_errors = [
+        ("400", "The body is not JSON"),
+        (
+            "413",
+            "The body is larger than the server's limit (`serve --body-limit`)",
+        ),
+        ("415", "The body is not declared as `application/json`"),
+    ]
+    .map(|(status, description)| {
+        (
+            status,
+            ResponseBuilder::new()
+                .description(description)
+                .content("application/json", error_body())
+                .build(),
+        )
+    });
     let unavailable = ResponseBuilder::new()
         .description("The database is unreachable, or handling took longer than the server's limit")
         .content("application/json", error_body())
@@ -181,6 +241,13 @@ fn document_limits(document: &mut utoipa::openapi::OpenApi) {
             responses
                 .entry("503".to_owned())
                 .or_insert_with(|| unavailable.clone().into());
+            if operation.request_body.is_some() {
+                for (status, response) in &body_errors {
+                    responses
+                        .entry((*status).to_owned())
+                        .or_insert_with(|| response.clone().into());
+                }
+            }
         }
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
+use crate::api::request_schemas::RequestSchemas;
 use crate::auth::{KeyCache, RoleRateLimits};
 use crate::rate_limit::RateLimiter;
 use crate::recommend::service::Serving;
@@ -25,6 +26,8 @@ pub struct AppState {
     pub rate_limits: RoleRateLimits,
     /// The keys' request buckets.
     pub limiter: RateLimiter,
+    /// Each operation's request body schema, from the served OpenAPI document.
+    pub request_schemas: RequestSchemas,
     /// Candidates, cluster models and bandit policies per organization.
     pub serving: Arc<Serving>,
 }

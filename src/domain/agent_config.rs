@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::validation::FieldErrors;
+use super::validation::{FieldErrors, is_blank};
 
 /// Keys of a configuration that arc-rec understands and may recommend changing.
 pub const KNOWN_CONFIG_KEYS: &[&str] = &[
@@ -30,7 +30,7 @@ pub fn validate_config(config: &Value, errors: &mut FieldErrors) {
         return;
     };
     match object.get("model") {
-        Some(Value::String(model)) if !model.trim().is_empty() => {}
+        Some(Value::String(model)) if !is_blank(model) => {}
         Some(_) => errors.push("model", "must be a non-empty string"),
         None => errors.push("model", "is required"),
     }
@@ -40,6 +40,45 @@ pub fn validate_config(config: &Value, errors: &mut FieldErrors) {
     }
     validate_optional_fields(object, errors);
 }
+
+/// The JSON Schema of exactly what [`validate_config`] accepts (the OpenAPI document's
+/// `AgentConfig`): keys it does not read are free, nulls stand for an absent optional field,
+/// blank means what JSON Schema's `\\s` means ([`super::validation::is_blank`]).
+pub fn config_json_schema() -> Value {
+    let seconds = || serde_json::json!({"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": MAX_SECONDS});
+    serde_json::json!({
+        "type": "object",
+        "description": "An agent configuration: `model` and `temperature` required; `tools`, `retry`, `timeout_s` and `system_prompt` checked when present; other keys are kept as they are.",
+        "required": ["model", "temperature"],
+        "properties": {
+            "model": {"type": "string", "pattern": "\\S"},
+            "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+            "tools": {
+                "type": ["array", "null"],
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string", "pattern": "\\S"},
+                        "timeout_s": seconds()
+                    }
+                }
+            },
+            "retry": {
+                "type": ["object", "null"],
+                "properties": {
+                    "max_attempts": {"type": ["integer", "null"], "minimum": 1, "maximum": 100},
+                    "backoff_s": seconds()
+                }
+            },
+            "timeout_s": seconds(),
+            "system_prompt": {"type": ["string", "null"]}
+        }
+    })
+}
+
+/// Largest number of seconds a timeout or backoff may be.
+const MAX_SECONDS: f64 = 86_400.0;
 
 /// Validates a diff (merge patch) over a configuration: the same field rules, nothing required,
 /// and at least one change.
@@ -60,7 +99,7 @@ pub fn validate_diff(diff: &Value, errors: &mut FieldErrors) {
         }
     }
     if let Some(model) = object.get("model").filter(|v| !v.is_null())
-        && model.as_str().is_none_or(|m| m.trim().is_empty())
+        && model.as_str().is_none_or(is_blank)
     {
         errors.push("model", "must be a non-empty string");
     }
@@ -83,7 +122,7 @@ fn validate_optional_fields(object: &Map<String, Value>, errors: &mut FieldError
             Some(tools) => {
                 for (i, tool) in tools.iter().enumerate() {
                     match tool.get("name") {
-                        Some(Value::String(name)) if !name.trim().is_empty() => {}
+                        Some(Value::String(name)) if !is_blank(name) => {}
                         _ => errors.push(&format!("tools[{i}].name"), "must be a non-empty string"),
                     }
                     if let Some(t) = tool.get("timeout_s").filter(|v| !v.is_null()) {
@@ -123,7 +162,7 @@ fn validate_optional_fields(object: &Map<String, Value>, errors: &mut FieldError
 
 fn check_positive(value: &Value, field: &str, errors: &mut FieldErrors) {
     match value.as_f64() {
-        Some(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => {}
+        Some(v) if v.is_finite() && v > 0.0 && v <= MAX_SECONDS => {}
         _ => errors.push(
             field,
             "must be a positive number of seconds (at most 86400)",
@@ -206,9 +245,43 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
+
+    /// One of `values`, or the key left out (`None`).
+    fn field(values: Vec<Value>) -> impl Strategy<Value = Option<Value>> {
+        prop_oneof![Just(None), proptest::sample::select(values).prop_map(Some)]
+    }
+
+    proptest! {
+        /// `config_json_schema` says exactly what `validate_config` accepts, on configurations
+        /// built from each field's edge cases (bounds, blanks, nulls, wrong types).
+        #[test]
+        fn the_config_schema_accepts_exactly_what_validate_config_does(
+            model in field(vec![json!("openai/gpt-4.1"), json!(""), json!(" \t"), json!("\u{85}"), json!("\u{feff}"), json!(3), Value::Null]),
+            temperature in field(vec![json!(0), json!(0.7), json!(2), json!(2.0001), json!(-0.1), json!("0.5"), Value::Null]),
+            tools in field(vec![json!([]), json!([{"name": "web"}]), json!([{"name": " "}]), json!([{}]), json!(["web"]), json!([{"name": "web", "timeout_s": 0}]), json!([{"name": "web", "timeout_s": 86400}]), json!([{"name": "web", "timeout_s": null}]), json!("web"), Value::Null]),
+            retry in field(vec![json!({}), json!({"max_attempts": 0}), json!({"max_attempts": 1}), json!({"max_attempts": 100}), json!({"max_attempts": 101}), json!({"max_attempts": "3"}), json!({"backoff_s": 86400.5}), json!({"backoff_s": 0.001, "max_attempts": null}), json!(5), Value::Null]),
+            timeout_s in field(vec![json!(0), json!(1e-9), json!(86400), json!(86400.1), json!("1"), json!(-3), Value::Null]),
+            system_prompt in field(vec![json!("be brief"), json!(1), Value::Null]),
+            extra in field(vec![json!({"nested": [1, 2]}), Value::Null]),
+            not_an_object in proptest::bool::weighted(0.05),
+        ) {
+            let mut object = Map::new();
+            for (key, value) in [("model", model), ("temperature", temperature), ("tools", tools), ("retry", retry), ("timeout_s", timeout_s), ("system_prompt", system_prompt), ("max_tokens_hint", extra)] {
+                if let Some(value) = value {
+                    object.insert(key.to_owned(), value);
+                }
+            }
+            let config = if not_an_object { json!([object]) } else { Value::Object(object) };
+            let mut errors = FieldErrors::default();
+            validate_config(&config, &mut errors);
+            let by_schema = jsonschema::draft202012::is_valid(&config_json_schema(), &config);
+            prop_assert_eq!(errors.is_empty(), by_schema, "{} {:?}", config, errors.into_vec());
+        }
+    }
 
     #[test]
     fn merge_patch_follows_rfc_7396() {

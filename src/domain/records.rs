@@ -18,6 +18,9 @@ use super::validation::{FieldError, FieldErrors};
 #[serde(transparent)]
 pub struct OrgId(String);
 
+/// [`OrgId::parse`]'s rule as a JSON Schema (ECMAScript) pattern.
+pub const ORG_ID_PATTERN: &str = "^[A-Za-z0-9._-]{1,128}$";
+
 impl OrgId {
     /// Parses an organization id: 1–128 characters of letters, digits, `-`, `_` or `.`.
     pub fn parse(raw: &str) -> Result<Self, String> {
@@ -544,6 +547,9 @@ struct LineOut<'a, T> {
 impl IngestRecord {
     /// Parses and validates one JSON line; every error names the offending field.
     pub fn parse_line(line: &str) -> Result<Self, Vec<FieldError>> {
+        if let Some(error) = super::validation::find_nul(line) {
+            return Err(vec![error]);
+        }
         let raw: RawLine<'_> = parse_json(line, "")?;
         let org = OrgId::parse(&raw.org).map_err(|m| vec![FieldError::new("org", m)])?;
         let text = raw.data.get();
@@ -664,7 +670,7 @@ impl IngestRecord {
             RecordData::User(d) => e.check_id("user_id", &d.user_id),
             RecordData::Configuration(d) => {
                 e.check_id("config_id", &d.config_id);
-                if d.name.trim().is_empty() {
+                if super::validation::is_blank(&d.name) {
                     e.push("name", "must not be empty");
                 }
             }
@@ -751,7 +757,7 @@ fn validate_outcome(d: &Outcome, e: &mut FieldErrors) {
         check_embedding(e, "trajectory_embedding", embedding);
     }
     let t = &d.trajectory;
-    if t.status.trim().is_empty() {
+    if super::validation::is_blank(&t.status) {
         e.push("trajectory.status", "must not be empty");
     }
     if t.duration_ms.is_some_and(|ms| !ms.is_finite() || ms < 0.0) {

@@ -29,6 +29,74 @@ impl fmt::Display for FieldError {
 
 impl std::error::Error for FieldError {}
 
+/// The first field of a JSON text whose string (or key) holds the NUL character U+0000, by
+/// JSON path (`data.user_id`, `failures[2].tool_name`; `(body)` for a bare string): Postgres
+/// text and jsonb cannot store it, so input carrying one is refused at the edge, naming the
+/// field, instead of failing in the database. `None` when there is none, or when the text is
+/// not JSON (its parser says so).
+pub fn find_nul(text: &str) -> Option<FieldError> {
+    // JSON can carry a NUL only as the escape `\u0000`: texts without it (nearly all) cost a scan.
+    if !text.contains("\\u0000") {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let path = nul_path(&value, String::new())?;
+    let field = if path.is_empty() {
+        "(body)".to_owned()
+    } else {
+        path
+    };
+    Some(FieldError::new(
+        field,
+        "must not contain the NUL character (\\u0000)",
+    ))
+}
+
+fn nul_path(value: &serde_json::Value, path: String) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) => s.contains('\0').then_some(path),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_path(item, format!("{path}[{i}]"))),
+        serde_json::Value::Object(map) => map.iter().find_map(|(key, item)| {
+            let field = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
+            if key.contains('\0') {
+                Some(field)
+            } else {
+                nul_path(item, field)
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// Whether `text` is empty or all whitespace, whitespace as JSON Schema's `\\s` (ECMAScript)
+/// reads it: the OpenAPI document says "not blank" with the pattern `\\S`, so the handlers must
+/// mean the same characters (Rust's `trim` also strips U+0085 and keeps U+FEFF).
+pub fn is_blank(text: &str) -> bool {
+    text.chars().all(|c| {
+        matches!(
+            c,
+            '\t' | '\n' | '\u{b}' | '\u{c}' | '\r' | ' ' | '\u{a0}' | '\u{1680}' | '\u{2000}'
+                ..='\u{200a}'
+                    | '\u{2028}'
+                    | '\u{2029}'
+                    | '\u{202f}'
+                    | '\u{205f}'
+                    | '\u{3000}'
+                    | '\u{feff}'
+        )
+    })
+}
+
+/// Longest id accepted (characters, as JSON Schema's `maxLength` counts them).
+pub const MAX_ID_CHARS: usize = 256;
+
 /// Collects the field errors of one record; validators push into it and the caller checks once.
 #[derive(Debug, Default)]
 pub struct FieldErrors {
@@ -77,12 +145,15 @@ impl FieldErrors {
 
     /// Requires an identifier to be non-empty and reasonably short.
     pub fn check_id(&mut self, field: &str, value: &str) {
-        if value.trim().is_empty() {
+        if is_blank(value) {
             self.push(field, "must not be empty");
-        } else if value.len() > 256 {
+        } else if value.chars().count() > MAX_ID_CHARS {
             self.push(
                 field,
-                format!("must be at most 256 bytes, got {}", value.len()),
+                format!(
+                    "must be at most {MAX_ID_CHARS} characters, got {}",
+                    value.chars().count()
+                ),
             );
         }
     }
@@ -104,5 +175,40 @@ impl FieldErrors {
         } else {
             Err(self.errors)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blank_is_what_ecmascript_calls_whitespace() {
+        assert!(is_blank(""));
+        assert!(is_blank(" \t\u{a0}\u{feff}\u{3000}"));
+        assert!(!is_blank("\u{85}"), "NEL is not \\s in ECMAScript");
+        assert!(!is_blank(" x "));
+    }
+
+    #[test]
+    fn a_nul_character_is_found_by_its_json_path_and_an_escaped_backslash_is_not_one() {
+        let found = |text: &str| find_nul(text).map(|e| e.field);
+        assert_eq!(
+            found(r#"{"data":{"user_id":"u\u0000"}}"#).as_deref(),
+            Some("data.user_id")
+        );
+        assert_eq!(
+            found(r#"{"failures":[{},{"tool_name":"a\u0000b"}]}"#).as_deref(),
+            Some("failures[1].tool_name")
+        );
+        assert_eq!(found(r#"{"k\u0000":1}"#).as_deref(), Some("k\0"));
+        assert_eq!(found(r#""\u0000""#).as_deref(), Some("(body)"));
+        assert_eq!(
+            found(r#"{"path":"C:\\u0000"}"#),
+            None,
+            "a backslash, then u0000"
+        );
+        assert_eq!(found(r#"{"a":"plain"}"#), None);
+        assert_eq!(found("not json \\u0000"), None);
     }
 }

@@ -191,6 +191,77 @@ async fn oversized_body_is_413() {
     );
 }
 
+/// What Schemathesis found, each fixed: an undeclared method on a known path is 405 with
+/// `Allow`, an unknown path a JSON 404; a NUL character is a 422 naming its field (Postgres
+/// cannot store it; it was a 500); an array where the document says object is refused (serde
+/// reads a struct from an array); `3.0` is the integer 3, as JSON Schema counts it.
+#[tokio::test]
+async fn the_api_answers_as_its_openapi_document_says() {
+    let app = spawn_app().await;
+    let response = app
+        .client
+        .delete(format!("{}/v1/recommendations", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["allow"], "POST");
+    let (status, error) = error_of(response).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (405, Some("method_not_allowed"))
+    );
+    let (status, error) = error_of(app.get("/v1/nothing", None).await).await;
+    assert_eq!((status, error["code"].as_str()), (404, Some("not_found")));
+
+    let key = Some(app.platform_key.as_str());
+    let mut request = crate::helpers::contract_request();
+    request["failure_context"]["failures"][0]["tool_name"] = json!("web\u{0}search");
+    let (status, error) = error_of(app.post("/v1/recommendations", key, &request).await).await;
+    assert_eq!(status, 422);
+    assert_eq!(
+        error["fields"][0]["field"],
+        "failure_context.failures[0].tool_name"
+    );
+    let mut record: Value = serde_json::from_str(&contract_lines()[0]).unwrap();
+    record["data"]["user_id"] = json!("u\u{0}");
+    let (status, error) = error_of(app.post("/v1/trajectories", key, &record).await).await;
+    assert_eq!(
+        (status, error["fields"][0]["field"].as_str()),
+        (422, Some("data.user_id"))
+    );
+
+    let mut request = crate::helpers::contract_request();
+    request["user_context"] = json!(["senior_ml_engineer", "fintech"]);
+    let (status, error) = error_of(app.post("/v1/recommendations", key, &request).await).await;
+    assert_eq!(
+        (status, error["fields"][0]["field"].as_str()),
+        (422, Some("user_context"))
+    );
+    let mut request = crate::helpers::contract_request();
+    request["failure_context"]["failure_cluster_embedding"] = json!([3.5e38]);
+    let (status, error) = error_of(app.post("/v1/recommendations", key, &request).await).await;
+    assert_eq!(
+        (status, error["fields"][0]["field"].as_str()),
+        (422, Some("failure_context.failure_cluster_embedding[0]"))
+    );
+
+    let response = app
+        .post(
+            "/v1/recommendations",
+            key,
+            &crate::helpers::contract_request(),
+        )
+        .await;
+    let shown: Value = response.json().await.unwrap();
+    let feedback = json!({
+        "event_id": shown["event_id"],
+        "recommendation_id": shown["recommendations"][0]["recommendation_id"],
+        "outcome": "accepted",
+        "feedback_score": 3.0
+    });
+    assert_eq!(app.post("/v1/feedback", key, &feedback).await.status(), 201);
+}
+
 /// A request whose handling outlasts the server's limit is answered 503 with its own code (here
 /// a limit no database round trip fits in), and counted in the metrics.
 #[tokio::test]

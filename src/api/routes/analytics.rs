@@ -15,6 +15,7 @@ use crate::storage::analytics::{self, GroupBy};
 /// Query parameters.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct AcceptanceQuery {
     /// `cluster`, `type`, `provider`, `policy_version`, `source` (`heuristic` or
     /// `model:<model version>`) or `day`.
@@ -98,8 +99,12 @@ pub async fn acceptance(
 /// Query parameters of the off-policy evaluation.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct OpeQuery {
     /// `heuristic`, `lowest_cost`, `uniform` or `type:<recommendation type>`.
+    #[param(
+        pattern = r"^(heuristic|lowest_cost|uniform|type:(cheapest|highest_perf|balanced|model_switch|retry_policy|timeout_adjustment|temperature|tool_configuration))$"
+    )]
     pub policy: String,
     /// First day included (YYYY-MM-DD, UTC).
     pub since: Option<NaiveDate>,

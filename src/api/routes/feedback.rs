@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::api::body::read_json;
+use crate::api::body::{read_json, typed};
 use crate::api::error::ApiError;
 use crate::api::extract::Caller;
 use crate::api::state::AppState;
@@ -19,15 +19,19 @@ use crate::storage::decisions::{FeedbackOutcome, FeedbackRecord};
 #[serde(deny_unknown_fields)]
 pub struct FeedbackRequest {
     pub event_id: Uuid,
+    /// As the recommendation response gave it.
+    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
     pub recommendation_id: String,
     /// `accepted`, `rejected` or `applied`.
     pub outcome: FeedbackOutcome,
     /// Reliability change measured after applying it (−1 to 1).
     #[serde(default)]
+    #[schema(minimum = -1.0, maximum = 1.0)]
     pub reliability_delta: Option<f64>,
-    /// A 1–5 rating.
+    /// A 1–5 rating. Read as a number so `3.0` is the integer 3, as JSON Schema counts it.
     #[serde(default)]
-    pub feedback_score: Option<i32>,
+    #[schema(value_type = Option<i32>, minimum = 1, maximum = 5)]
+    pub feedback_score: Option<f64>,
 }
 
 /// Whether this feedback was new.
@@ -57,21 +61,27 @@ pub async fn post_feedback(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let principal = caller.require(Permission::Feedback)?;
-    let body: FeedbackRequest = read_json(&request, payload, state.body_limit).await?;
+    let raw = read_json(&request, payload, state.body_limit).await?;
+    let body: FeedbackRequest = typed(&raw)?;
     let mut errors = FieldErrors::default();
     errors.check_id("recommendation_id", &body.recommendation_id);
     if let Some(delta) = body.reliability_delta {
         errors.check_range("reliability_delta", delta, -1.0, 1.0);
     }
-    if let Some(score) = body.feedback_score
-        && !(1..=5).contains(&score)
-    {
-        errors.push(
-            "feedback_score",
-            format!("must be between 1 and 5, got {score}"),
-        );
-    }
+    let feedback_score = match body.feedback_score {
+        // A whole number from 1 to 5, so the cast is exact.
+        Some(score) if score.fract() == 0.0 && (1.0..=5.0).contains(&score) => Some(score as i32),
+        Some(score) => {
+            errors.push(
+                "feedback_score",
+                format!("must be a whole number between 1 and 5, got {score}"),
+            );
+            None
+        }
+        None => None,
+    };
     errors.finish().map_err(ApiError::Invalid)?;
+    state.request_schemas.check("POST", "/v1/feedback", &raw)?;
     let stored = state
         .serving
         .feedback(FeedbackRecord {
@@ -80,7 +90,7 @@ pub async fn post_feedback(
             recommendation_id: body.recommendation_id,
             outcome: body.outcome,
             reliability_delta: body.reliability_delta,
-            feedback_score: body.feedback_score,
+            feedback_score,
         })
         .await?;
     let mut response = if stored {

@@ -51,6 +51,6 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
 /// The OpenAPI document, generated from the handlers and their types.
 #[utoipa::path(tag = "operations", responses((status = 200, description = "OpenAPI 3.1 document", content_type = "application/json")))]
 #[get("/openapi.json")]
-pub async fn openapi(document: web::Data<utoipa::openapi::OpenApi>) -> HttpResponse {
-    HttpResponse::Ok().json(document.get_ref())
+pub async fn openapi(document: web::Data<crate::api::OpenApiDocument>) -> HttpResponse {
+    HttpResponse::Ok().json(&document.0)
 }

@@ -8,9 +8,10 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::api::body::read_json;
+use crate::api::body::{read_json, typed};
 use crate::api::error::ApiError;
 use crate::api::extract::Caller;
+use crate::api::schema_rules::MAX_EMBEDDING_VALUE;
 use crate::api::state::AppState;
 use crate::auth::Permission;
 use crate::candidates::FailureObservation;
@@ -33,9 +34,11 @@ pub struct RecommendationRequest {
     pub user_context: UserContextBody,
     /// How many recommendations (1–20, default 3).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 20)]
     pub k: Option<usize>,
     /// Hard cap on the expected cost increase per run, in USD.
     #[serde(default)]
+    #[schema(minimum = 0.0)]
     pub max_cost_increase_usd_per_run: Option<f64>,
 }
 
@@ -47,12 +50,17 @@ pub struct FailureContextBody {
     // Omitted when absent: the decision log keeps the embedding in a column of its own and the
     // rest of the request as JSON (see `into_query`). Not `skip_serializing`, which would also
     // drop the field from the OpenAPI schema.
+    // Read as f64 so a value past single precision's range is a 422 naming it (serde_json's f32
+    // would round some of them to f32::MAX and refuse the rest as malformed JSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_cluster_embedding: Option<Vec<f32>>,
+    #[schema(min_items = 1, max_items = 16384)]
+    pub failure_cluster_embedding: Option<Vec<f64>>,
     #[serde(default)]
+    #[schema(max_items = 100)]
     pub failures: Vec<FailureBody>,
     /// Stored outcomes whose failure patterns describe the context.
     #[serde(default)]
+    #[schema(max_items = 100)]
     pub outcome_ids: Vec<String>,
 }
 
@@ -164,10 +172,13 @@ impl RecommendationRequest {
                     "failure_context.failure_cluster_embedding",
                     format!("must have 1 to 16384 values, got {}", embedding.len()),
                 );
-            } else if let Some(i) = embedding.iter().position(|v| !v.is_finite()) {
+            } else if let Some(i) = embedding
+                .iter()
+                .position(|v| !v.is_finite() || v.abs() > MAX_EMBEDDING_VALUE)
+            {
                 errors.push(
                     &format!("failure_context.failure_cluster_embedding[{i}]"),
-                    "must be a finite number",
+                    format!("must be a number within ±{MAX_EMBEDDING_VALUE:e} (single precision)"),
                 );
             }
         }
@@ -194,7 +205,11 @@ impl RecommendationRequest {
             return Err(ApiError::Invalid(errors));
         }
         Ok(RecommendationQuery {
-            embedding: self.failure_context.failure_cluster_embedding,
+            // Within f32's range (checked above), so the cast only rounds.
+            embedding: self
+                .failure_context
+                .failure_cluster_embedding
+                .map(|values| values.into_iter().map(|v| v as f32).collect()),
             failures: self
                 .failure_context
                 .failures
@@ -237,8 +252,12 @@ pub async fn post_recommendations(
     state: web::Data<AppState>,
 ) -> Result<web::Json<RecommendationResponse>, ApiError> {
     let principal = caller.require(Permission::Recommend)?;
-    let body: RecommendationRequest = read_json(&request, payload, state.body_limit).await?;
+    let raw = read_json(&request, payload, state.body_limit).await?;
+    let body: RecommendationRequest = typed(&raw)?;
     let query = body.into_query()?;
+    state
+        .request_schemas
+        .check("POST", "/v1/recommendations", &raw)?;
     let answer = state
         .serving
         .recommend(principal.org.as_str(), query)

@@ -62,7 +62,7 @@ pub async fn post_trajectories(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let principal = caller.require(Permission::Ingest)?;
-    let body: Value = read_json(&request, payload, state.body_limit).await?;
+    let body = read_json(&request, payload, state.body_limit).await?;
     let records = match body {
         Value::Array(records) => records,
         record @ Value::Object(_) => vec![record],
@@ -97,6 +97,13 @@ pub async fn post_trajectories(
         .collect();
     if !foreign.is_empty() {
         return Err(ApiError::Invalid(foreign));
+    }
+    // Record by record (the document's body schema is "one record or a non-empty array of
+    // them", checked above), so a bad record's fields are named.
+    for (i, record) in records.iter().enumerate() {
+        state
+            .request_schemas
+            .check_component("IngestRecordBody", record, &format!("[{i}]"))?;
     }
     let lines: Vec<String> = records.iter().map(Value::to_string).collect();
     let report = ingest(
