@@ -35,11 +35,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$arc_rec" simulate --seed 5 --outcomes 2000 >/dev/null
-"$arc_rec" cluster >/dev/null
+"$arc_rec" simulate --seed 5 --outcomes 2000 > /dev/null 2> "$data/setup.log"
+"$arc_rec" cluster > /dev/null 2>> "$data/setup.log"
 keys=()
 for role in platform analyst admin; do
-  keys+=("$role=$("$arc_rec" keys create --org acme --role "$role" --label schemathesis 2>/dev/null)")
+  keys+=("$role=$("$arc_rec" keys create --org acme --role "$role" --label schemathesis 2>> "$data/setup.log")")
 done
 
 "$arc_rec" serve --listen 127.0.0.1:0 --rate-limit platform=off --rate-limit analyst=off \
@@ -68,9 +68,11 @@ for entry in "${keys[@]}"; do
     cat "$data/$role.txt"
   fi
 done
-if grep -q "panicked\|ERROR" "$data/serve.log"; then
-  echo "schemathesis.sh: the server logged errors:" >&2
-  grep "panicked\|ERROR" "$data/serve.log" | head -n 20 >&2
+# A 500 logs "request failed" with its error chain (api::error); actix's own errors about
+# requests it could not parse (Schemathesis sends invalid headers on purpose) are not ours.
+if grep -q 'panicked\|"message":"request failed"' "$data/serve.log"; then
+  echo "schemathesis.sh: the server failed requests:" >&2
+  grep 'panicked\|"message":"request failed"' "$data/serve.log" | head -n 20 >&2
   status=1
 fi
 exit "$status"
