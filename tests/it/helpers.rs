@@ -116,6 +116,17 @@ impl TestDb {
         self.database.pool()
     }
 
+    /// A small pool on the calling test's own runtime. A `TestDb` shared between tests (a
+    /// static fixture) keeps the pool of the runtime that made it, whose connections fail once
+    /// that test has ended ("a Tokio context ... is being shutdown").
+    pub async fn pool_here(&self) -> sqlx::PgPool {
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(self.database.connect_options().clone())
+            .await
+            .expect("connect to the test database")
+    }
+
     /// Row counts of every platform table.
     pub async fn counts(&self) -> Vec<(String, i64)> {
         storage::record_writer::table_counts(self.pool())

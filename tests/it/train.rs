@@ -258,11 +258,14 @@ async fn a_nan_loss_rolls_back_with_a_lower_learning_rate_and_the_run_is_recorde
     assert_eq!(timeless(&killed), timeless(&out));
 
     let run_id = std::fs::read_to_string(out.join("run_id")).unwrap();
+    // The fixture's pool belongs to the runtime of whichever test made it, which may have shut
+    // down by now: query through a connection of this test's own.
+    let pool = fixture.db.pool_here().await;
     let runs: Vec<(String, String)> = sqlx::query_as(
         "SELECT org_id, status FROM training_runs WHERE run_id = $1 ORDER BY org_id",
     )
     .bind(run_id.trim())
-    .fetch_all(fixture.db.pool())
+    .fetch_all(&pool)
     .await
     .unwrap();
     assert!(!runs.is_empty());
@@ -273,7 +276,7 @@ async fn a_nan_loss_rolls_back_with_a_lower_learning_rate_and_the_run_is_recorde
     let adapters: Vec<String> =
         sqlx::query_scalar("SELECT adapter_path FROM model_versions WHERE model_version_id = $1")
             .bind(run_id.trim())
-            .fetch_all(fixture.db.pool())
+            .fetch_all(&pool)
             .await
             .unwrap();
     assert_eq!(adapters.len(), runs.len());
