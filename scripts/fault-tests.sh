@@ -72,7 +72,7 @@ start_server
 url="http://127.0.0.1:$port/v1/recommendations"
 (
   sleep "$((seconds / 3 + 1))"
-  "$arc_rec" db stop > /dev/null
+  "$arc_rec" db stop > /dev/null 2>> "$work/setup.log"
   date +%s.%N > "$work/stopped_at"
   sleep 5
   "$arc_rec" migrate > /dev/null 2>> "$work/setup.log"
@@ -80,7 +80,7 @@ url="http://127.0.0.1:$port/v1/recommendations"
 ) &
 outage=$!
 ARC_REC_LOAD_KEY="$key" "$arc_rec" bench load --url "$url" --bodies "$work/bodies.jsonl" \
-  --rate "$rate" --duration "$seconds" --answers "$work/answers.csv" > "$work/load.json"
+  --rate "$rate" --duration "$seconds" --latency-log "$work/answers.csv" > "$work/load.json"
 wait "$outage"
 # Every acknowledged decision is in the database.
 python3 - "$work/answers.csv" > "$work/acknowledged.txt" <<'PY'
@@ -90,7 +90,7 @@ for row in csv.DictReader(open(sys.argv[1])):
         print(row["event_id"])
 PY
 acknowledged=$(wc -l < "$work/acknowledged.txt")
-found=$(psql "$("$arc_rec" db url)" -At -v ON_ERROR_STOP=1 -c "
+found=$(psql "$("$arc_rec" db url 2>> "$work/setup.log")" -At -v ON_ERROR_STOP=1 -c "
   CREATE TEMP TABLE acked (event_id uuid);
   COPY acked FROM STDIN;" -c "SELECT count(*) FROM decision_log d JOIN acked a USING (event_id);" \
   < "$work/acknowledged.txt" | tail -n 1)
@@ -102,6 +102,9 @@ by_status = {}
 for row in rows:
     by_status[row["status"]] = by_status.get(row["status"], 0) + 1
 failed = [r for r in rows if r["status"] != "200"]
+by_status[""] = by_status.pop("", 0)  # no answer at all
+if not by_status[""]:
+    del by_status[""]
 slowest_failure = max((float(r["latency_ms"]) for r in failed if r["latency_ms"]), default=0.0)
 ok_after = sum(1 for r in rows[-100:] if r["status"] == "200")
 print(json.dumps({"sent": load["sent"], "by_status": by_status,

@@ -80,6 +80,9 @@ pub enum DbCommand {
     Status,
     /// Stop the embedded cluster (e.g. one left running by a crashed process or a test run).
     Stop,
+    /// Print the libpq URL of the running embedded cluster's database, for psql and other
+    /// tools: `psql "$(arc-rec db url)"`.
+    Url,
 }
 
 #[cfg(test)]

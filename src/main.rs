@@ -109,6 +109,13 @@ fn manage_embedded(command: &DbCommand, data_dir: &std::path::Path) -> anyhow::R
                 if running { "running" } else { "stopped" }
             );
         }
+        DbCommand::Url => match EmbeddedPostgres::running_url(data_dir)? {
+            Some(url) => println!("{url}"),
+            None => anyhow::bail!(
+                "the embedded cluster under {} is not running (any command that opens the database starts it, e.g. `arc-rec migrate`)",
+                data_dir.display()
+            ),
+        },
         DbCommand::Stop => {
             let stopped = EmbeddedPostgres::stop_cluster(data_dir)?;
             println!(

@@ -35,8 +35,10 @@ pub struct LoadArgs {
     /// Most requests in flight; beyond it requests count as errors (the server is saturated).
     #[arg(long, default_value_t = 2000)]
     pub max_in_flight: usize,
-    /// Also write every measured request as a CSV line `sent_s,latency_ms` (seconds after the
-    /// warm-up; latency empty for an error), to see when in the window the slow ones fell.
+    /// Also write every request as a CSV line `sent_s,latency_ms,status,event_id`: seconds after
+    /// the warm-up (negative within it), the latency and HTTP status of its answer (both empty
+    /// when none came), and the `event_id` of a 2xx body that has one — to see when in the
+    /// window the slow ones fell, how fast errors came, and which answers acknowledged what.
     #[arg(long)]
     pub latency_log: Option<PathBuf>,
 }
@@ -80,13 +82,14 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
     let warmup = u64::from(args.rate); // one second
     let total = warmup + u64::from(args.rate) * u64::from(args.duration);
     let in_flight = Arc::new(tokio::sync::Semaphore::new(args.max_in_flight));
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Option<Duration>)>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Answer)>();
+    let want_events = args.latency_log.is_some();
     let start = Instant::now();
     for i in 0..total {
         let scheduled = start + interval.mul_f64(i as f64);
         tokio::time::sleep_until(scheduled.into()).await;
         let Ok(permit) = in_flight.clone().try_acquire_owned() else {
-            let _ = tx.send((i, None));
+            let _ = tx.send((i, Answer::default()));
             continue;
         };
         let request = client
@@ -96,24 +99,46 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
             .body(bodies[(i as usize) % bodies.len()].clone());
         let tx = tx.clone();
         tokio::spawn(async move {
-            let ok = request.send().await.is_ok_and(|r| r.status().is_success());
-            let latency = ok.then(|| scheduled.elapsed());
+            let answer = match request.send().await {
+                Ok(response) => {
+                    let status = response.status();
+                    let latency = Some(scheduled.elapsed());
+                    let event_id = if want_events && status.is_success() {
+                        response
+                            .json::<serde_json::Value>()
+                            .await
+                            .ok()
+                            .and_then(|body| body["event_id"].as_str().map(str::to_owned))
+                    } else {
+                        None
+                    };
+                    Answer {
+                        latency,
+                        status: Some(status.as_u16()),
+                        event_id,
+                    }
+                }
+                Err(_) => Answer::default(),
+            };
             drop(permit);
-            let _ = tx.send((i, latency));
+            let _ = tx.send((i, answer));
         });
     }
     drop(tx);
     let mut latencies = Vec::with_capacity(total as usize);
     let mut log = Vec::new();
     let (mut sent, mut errors) = (0u64, 0u64);
-    while let Some((i, latency)) = rx.recv().await {
+    while let Some((i, answer)) = rx.recv().await {
+        let latency = answer
+            .latency
+            .filter(|_| answer.status.is_some_and(|s| (200..300).contains(&s)));
+        if args.latency_log.is_some() {
+            log.push((i, answer));
+        }
         if i < warmup {
             continue;
         }
         sent += 1;
-        if args.latency_log.is_some() {
-            log.push((i - warmup, latency));
-        }
         match latency {
             Some(l) => latencies.push(l.as_secs_f64() * 1000.0),
             None => errors += 1,
@@ -121,7 +146,7 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
     }
     let measured = start.elapsed().as_secs_f64() - 1.0;
     if let Some(path) = &args.latency_log {
-        write_latency_log(path, &mut log, interval)?;
+        write_latency_log(path, &mut log, interval, warmup)?;
     }
     latencies.sort_by(f64::total_cmp);
     let quantile = |q: f64| {
@@ -143,24 +168,40 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes `sent_s,latency_ms` lines in send order.
+/// What one request got back.
+#[derive(Debug, Default)]
+struct Answer {
+    /// From the scheduled send to the response's head; `None` without a response.
+    latency: Option<Duration>,
+    /// The HTTP status; `None` when no response came (or the request was never sent).
+    status: Option<u16>,
+    /// The `event_id` of a 2xx body (with `--latency-log` only).
+    event_id: Option<String>,
+}
+
+/// Writes `sent_s,latency_ms,status,event_id` lines in send order (`sent_s` counted from the
+/// end of the warm-up).
 fn write_latency_log(
     path: &std::path::Path,
-    log: &mut [(u64, Option<Duration>)],
+    log: &mut [(u64, Answer)],
     interval: Duration,
+    warmup: u64,
 ) -> anyhow::Result<()> {
     use std::io::Write;
     log.sort_unstable_by_key(|(i, _)| *i);
     let file =
         std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut out = std::io::BufWriter::new(file);
-    writeln!(out, "sent_s,latency_ms")?;
-    for (i, latency) in log.iter() {
-        let sent = interval.as_secs_f64() * *i as f64;
-        match latency {
-            Some(l) => writeln!(out, "{sent:.4},{:.3}", l.as_secs_f64() * 1000.0)?,
-            None => writeln!(out, "{sent:.4},")?,
-        }
+    writeln!(out, "sent_s,latency_ms,status,event_id")?;
+    for (i, answer) in log.iter() {
+        let sent = interval.as_secs_f64() * (*i as f64 - warmup as f64);
+        let latency = answer
+            .latency
+            .map(|l| format!("{:.3}", l.as_secs_f64() * 1000.0))
+            .unwrap_or_default();
+        let status = answer.status.map(|s| s.to_string()).unwrap_or_default();
+        let event = answer.event_id.as_deref().unwrap_or_default();
+        writeln!(out, "{sent:.4},{latency},{status},{event}")?;
     }
     out.flush()
         .with_context(|| format!("cannot write {}", path.display()))

@@ -175,6 +175,13 @@ impl EmbeddedPostgres {
         Ok(Self::locate(root)?.is_some_and(|cluster| cluster.is_running()))
     }
 
+    /// The libpq URL of arc-rec's database in the cluster under `root` when it is running.
+    pub fn running_url(root: &Path) -> Result<Option<String>, EmbeddedError> {
+        Ok(Self::locate(root)?
+            .filter(Self::is_running)
+            .map(|cluster| cluster.libpq_url(super::EMBEDDED_DATABASE)))
+    }
+
     /// The cluster under `root` without starting or joining it; `None` when there is none.
     fn locate(root: &Path) -> Result<Option<Self>, EmbeddedError> {
         let Ok(root) = root.canonicalize() else {

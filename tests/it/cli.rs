@@ -146,3 +146,35 @@ async fn keys_carry_their_own_rate_limit_through_the_binary() {
     );
     run(arc_rec(&db.url).args(["keys", "revoke", "--org", "acme", "--key-id", &key_id]));
 }
+
+/// `db url` prints the running embedded cluster's URL, and says how to start one that is not.
+#[tokio::test]
+async fn db_url_names_the_running_cluster_or_says_it_is_not() {
+    let _db = fresh_database().await; // the shared test cluster is running
+    let url = crate::helpers::run(
+        Command::cargo_bin("arc-rec")
+            .unwrap()
+            .env_remove("DATABASE_URL")
+            .arg("--data-dir")
+            .arg(crate::helpers::cluster_dir())
+            .args(["db", "url"]),
+    );
+    assert!(
+        url.starts_with("postgresql://") && url.contains("host="),
+        "{url}"
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let output = Command::cargo_bin("arc-rec")
+        .unwrap()
+        .env_remove("DATABASE_URL")
+        .arg("--data-dir")
+        .arg(empty.path())
+        .args(["db", "url"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("not running"),
+        "{stderr}"
+    );
+}
