@@ -179,7 +179,8 @@ async fn an_exhausted_pool_answers_503_after_the_acquire_timeout() {
 }
 
 /// `arc-rec serve` as a process, SIGTERM while requests are in flight: it stops accepting,
-/// answers what it accepted, and exits 0; every decision it answered 200 is in the database.
+/// answers what it accepted, and exits 0; every decision it answered 200 is in the database;
+/// and nothing it logged (at trace level, SQL included) holds a key's secret, its hash or a rejected key.
 #[tokio::test]
 async fn sigterm_drains_in_flight_requests_and_loses_no_acknowledged_decision() {
     use std::io::{BufRead, BufReader};
@@ -194,6 +195,9 @@ async fn sigterm_drains_in_flight_requests_and_loses_no_acknowledged_decision() 
     let mut server = Command::new(assert_cmd::cargo::cargo_bin("arc-rec"))
         .env("DATABASE_URL", &db.url)
         .env_remove("ARC_REC_DATA_DIR")
+        // Everything the service logs, to check below that no key is in it.
+        .env("RUST_LOG", "trace")
+        .env("ARC_REC_LOG_FORMAT", "json")
         .args(["serve", "--listen", "127.0.0.1:0", "--workers", "2"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -206,8 +210,8 @@ async fn sigterm_drains_in_flight_requests_and_loses_no_acknowledged_decision() 
             break rest.trim_end_matches(')').parse().unwrap();
         }
     };
-    // Drain the rest of stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || stderr.for_each(drop));
+    // Keep the rest of stderr (and never let the server block on a full pipe).
+    let logged = std::thread::spawn(move || stderr.map_while(Result::ok).collect::<Vec<_>>());
     let url = format!("http://127.0.0.1:{port}/v1/recommendations");
     let client = reqwest::Client::new();
     let requests: Vec<_> = (0..60)
@@ -233,6 +237,19 @@ async fn sigterm_drains_in_flight_requests_and_loses_no_acknowledged_decision() 
             })
         })
         .collect();
+    // A forged key of the right shape (an unknown id) and a real id with a wrong secret.
+    let forged = format!("arc_{}_{}", "ab".repeat(8), "cd".repeat(32));
+    let wrong_secret = format!("{}{}", &key[..21], "ef".repeat(32));
+    for token in [&forged, &wrong_secret] {
+        let response = client
+            .post(&url)
+            .bearer_auth(token)
+            .json(&contract_request())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401);
+    }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let pid = nix::unistd::Pid::from_raw(i32::try_from(server.id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
@@ -273,4 +290,21 @@ async fn sigterm_drains_in_flight_requests_and_loses_no_acknowledged_decision() 
         acknowledged.len(),
         "acknowledged decisions missing"
     );
+
+    // No key, secret or its hash in anything the server logged.
+    let logged = logged.join().unwrap().join("\n");
+    assert!(logged.lines().count() > 10, "the server logged: {logged}");
+    let secret = key.rsplit('_').next().unwrap();
+    let hash: String = sqlx::query_scalar("SELECT secret_hash FROM api_keys LIMIT 1")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    for (what, needle) in [
+        ("the key's secret", secret),
+        ("the secret's hash", hash.as_str()),
+        ("a forged key", &forged[21..]),
+        ("a wrong secret", &wrong_secret[21..]),
+    ] {
+        assert!(!logged.contains(needle), "{what} is in the server's log");
+    }
 }

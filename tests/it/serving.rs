@@ -781,3 +781,146 @@ async fn a_new_model_version_heads_at_most_its_share_until_it_has_its_answers() 
         );
     }
 }
+
+/// A key of one organization never sees or changes another's data, endpoint by endpoint:
+/// globex's keys against acme's decisions, feedback, outcomes and analytics.
+#[tokio::test]
+async fn a_key_of_one_organization_never_reaches_another_s_data() {
+    use arc_rec::auth::{Role, create_key};
+    let app = with_contract_data().await;
+    serve_and_answer(&app, 3, |_| (0, "accepted")).await;
+    let acme_event = recommend_contract(&app).await;
+    let globex = arc_rec::domain::OrgId::parse("globex").unwrap();
+    let key = |role| create_key(app.db.pool(), &globex, role, None, None);
+    let platform = key(Role::Platform).await.unwrap().token;
+    let analyst = key(Role::Analyst).await.unwrap().token;
+    let pool = app.db.pool().clone();
+    let count = move |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let acme_feedback = count("SELECT count(*) FROM feedback WHERE org_id = 'acme'").await;
+
+    // Feedback on acme's event: as unknown as an event that never was.
+    let feedback = json!({
+        "event_id": acme_event["event_id"],
+        "recommendation_id": acme_event["recommendations"][0]["recommendation_id"],
+        "outcome": "rejected"
+    });
+    let response = app.post("/v1/feedback", Some(&platform), &feedback).await;
+    assert_eq!(response.status(), 404);
+    assert_eq!(
+        count("SELECT count(*) FROM feedback WHERE org_id = 'acme'").await,
+        acme_feedback
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM feedback WHERE org_id = 'globex'").await,
+        0
+    );
+
+    // Recommendations: acme's outcome ids place nothing for globex, and globex's decision is
+    // logged as globex's.
+    let mut request = contract_request();
+    request["failure_context"] = json!({"outcome_ids": ["o1"]});
+    let response = app
+        .post("/v1/recommendations", Some(&platform), &request)
+        .await;
+    assert_eq!(response.status(), 422);
+    let response = app
+        .post("/v1/recommendations", Some(&platform), &contract_request())
+        .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    let owner: String =
+        sqlx::query_scalar("SELECT org_id FROM decision_log WHERE event_id = $1::text::uuid")
+            .bind(body["event_id"].as_str().unwrap())
+            .fetch_one(app.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(owner, "globex");
+    assert!(
+        body["recommendations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["evidence_count"] == 0),
+        "globex has no history, so no recommendation rests on acme's: {body}"
+    );
+
+    // Trajectories: a record of acme sent with globex's key is refused, nothing written.
+    let acme_configs = count("SELECT count(*) FROM configurations").await;
+    let record: Value = serde_json::from_str(&contract_lines()[0]).unwrap();
+    let response = app.post("/v1/trajectories", Some(&platform), &record).await;
+    assert_eq!(response.status(), 422);
+    assert_eq!(
+        count("SELECT count(*) FROM configurations").await,
+        acme_configs
+    );
+
+    // Analytics: globex's analyst sees globex's decisions only, whatever the grouping.
+    for group in [
+        "type",
+        "cluster",
+        "provider",
+        "policy_version",
+        "source",
+        "day",
+    ] {
+        let path = format!("/v1/analytics/acceptance?group_by={group}");
+        let rows: Value = app.get(&path, Some(&analyst)).await.json().await.unwrap();
+        let shown: i64 = rows["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["shown"].as_i64().unwrap())
+            .sum();
+        let acme: Value = app
+            .get(&path, Some(&app.analyst_key))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let acme_accepted: i64 = acme["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["accepted"].as_i64().unwrap())
+            .sum();
+        assert_eq!(acme_accepted, 3, "{group}: {acme}");
+        assert!(
+            rows["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["accepted"] == 0),
+            "{group}: {rows}"
+        );
+        assert!(
+            shown <= 3,
+            "{group}: globex showed one decision's items at most: {rows}"
+        );
+    }
+    let decisions = |key: String| {
+        let app = &app;
+        async move {
+            let ope: Value = app
+                .get("/v1/analytics/ope?policy=uniform", Some(&key))
+                .await
+                .json()
+                .await
+                .unwrap();
+            ope["decisions"].as_u64()
+        }
+    };
+    assert_eq!(decisions(analyst).await, Some(1), "globex's one decision");
+    assert_eq!(
+        decisions(app.analyst_key.clone()).await,
+        Some(4),
+        "acme's four"
+    );
+}
