@@ -227,21 +227,37 @@ fn parse_token(token: &str) -> Result<(&str, &str), AuthError> {
 /// Checks tokens against the database, remembering verified keys for a short while so a busy
 /// service does not query Postgres on every request. A revoked key stops working within
 /// [`KeyCache::TTL`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct KeyCache {
     entries: RwLock<HashMap<String, (Instant, api_keys::StoredKey)>>,
+    ttl: Duration,
+}
+
+impl Default for KeyCache {
+    fn default() -> Self {
+        Self::with_ttl(Self::TTL)
+    }
 }
 
 impl KeyCache {
-    /// How long a verified key is trusted without asking the database again.
+    /// How long a verified key is trusted without asking the database again (the bound on a
+    /// revocation or a changed rate limit reaching a running server).
     pub const TTL: Duration = Duration::from_secs(30);
+
+    /// A cache that trusts a verified key for `ttl` (tests shorten it).
+    pub fn with_ttl(ttl: Duration) -> Self {
+        Self {
+            entries: RwLock::new(HashMap::new()),
+            ttl,
+        }
+    }
 
     /// Authenticates `token`.
     pub async fn authenticate(&self, pool: &PgPool, token: &str) -> Result<Principal, AuthError> {
         let (key_id, secret) = parse_token(token)?;
         let cached = self.entries.read().ok().and_then(|map| {
             map.get(key_id)
-                .filter(|(at, _)| at.elapsed() < Self::TTL)
+                .filter(|(at, _)| at.elapsed() < self.ttl)
                 .map(|(_, k)| k.clone())
         });
         let stored = match cached {

@@ -240,6 +240,8 @@ pub struct Limits {
     pub body: usize,
     /// Longest handling of one request.
     pub handling: std::time::Duration,
+    /// How long a verified key is trusted without asking the database.
+    pub key_cache_ttl: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -247,6 +249,7 @@ impl Default for Limits {
         Self {
             body: arc_rec::api::DEFAULT_BODY_LIMIT,
             handling: arc_rec::api::DEFAULT_HANDLING_TIMEOUT,
+            key_cache_ttl: arc_rec::auth::KeyCache::TTL,
         }
     }
 }
@@ -257,22 +260,23 @@ pub async fn spawn_app_with(limits: Limits) -> TestApp {
     Box::pin(spawn_app_on(db, "acme", limits)).await
 }
 
-/// Starts the API over `db` (as it is: data, clusters, model candidates), with one key per role
-/// for organization `org`.
-pub async fn spawn_app_on(db: TestDb, org: &str, limits: Limits) -> TestApp {
-    use arc_rec::auth::{KeyCache, Role, create_key};
-    let org = arc_rec::domain::OrgId::parse(org).unwrap();
-    let key = |role| create_key(db.pool(), &org, role, None, None);
-    let platform_key = key(Role::Platform).await.unwrap().token;
-    let analyst_key = key(Role::Analyst).await.unwrap().token;
-    let admin_key = key(Role::Admin).await.unwrap().token;
-    let serving = arc_rec::recommend::service::Serving::start(db.pool().clone())
+/// One more server (a replica) over `pool`'s database with `limits`: its address, serving state
+/// and handle. [`spawn_app_on`] starts its first one with this.
+pub async fn spawn_server(
+    pool: &sqlx::PgPool,
+    limits: Limits,
+) -> (
+    String,
+    std::sync::Arc<arc_rec::recommend::service::Serving>,
+    actix_web::dev::ServerHandle,
+) {
+    let serving = arc_rec::recommend::service::Serving::start(pool.clone())
         .await
         .expect("serving state");
     let state = arc_rec::api::state::AppState {
         serving: serving.clone(),
-        pool: db.pool().clone(),
-        keys: KeyCache::default(),
+        pool: pool.clone(),
+        keys: arc_rec::auth::KeyCache::with_ttl(limits.key_cache_ttl),
         metrics: telemetry::Metrics::new("arc_rec_test").expect("metrics"),
         body_limit: limits.body,
         handling_timeout: limits.handling,
@@ -291,6 +295,19 @@ pub async fn spawn_app_on(db: TestDb, org: &str, limits: Limits) -> TestApp {
     let address = format!("http://127.0.0.1:{}", app.port());
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());
+    (address, serving, handle)
+}
+
+/// Starts the API over `db` (as it is: data, clusters, model candidates), with one key per role
+/// for organization `org`.
+pub async fn spawn_app_on(db: TestDb, org: &str, limits: Limits) -> TestApp {
+    use arc_rec::auth::{Role, create_key};
+    let org = arc_rec::domain::OrgId::parse(org).unwrap();
+    let key = |role| create_key(db.pool(), &org, role, None, None);
+    let platform_key = key(Role::Platform).await.unwrap().token;
+    let analyst_key = key(Role::Analyst).await.unwrap().token;
+    let admin_key = key(Role::Admin).await.unwrap().token;
+    let (address, serving, handle) = Box::pin(spawn_server(db.pool(), limits)).await;
     TestApp {
         db,
         address,

@@ -924,3 +924,53 @@ async fn a_key_of_one_organization_never_reaches_another_s_data() {
         "acme's four"
     );
 }
+
+/// Two replicas behind any load balancer: a key revoked in the database is refused by both
+/// within the key cache's lifetime (30 s in `serve`; 1 s here, the same code path), after each
+/// had cached it as valid.
+#[tokio::test]
+async fn a_revoked_key_is_refused_by_every_replica_within_the_key_cache_s_lifetime() {
+    use crate::helpers::{Limits, spawn_app_with, spawn_server};
+    let ttl = Duration::from_secs(1);
+    let limits = Limits {
+        key_cache_ttl: ttl,
+        ..Limits::default()
+    };
+    let app = spawn_app_with(limits).await;
+    let (replica, _serving, _handle) = spawn_server(app.db.pool(), limits).await;
+    let path = "/v1/analytics/acceptance?group_by=type";
+    let status = |address: String| {
+        let client = app.client.clone();
+        let key = app.analyst_key.clone();
+        async move {
+            client
+                .get(format!("{address}{path}"))
+                .bearer_auth(key)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    for address in [&app.address, &replica] {
+        assert_eq!(status(address.clone()).await, 200, "cached as valid");
+    }
+    let key_id = app.analyst_key.split('_').nth(1).unwrap();
+    let revoked_at = std::time::Instant::now();
+    assert!(
+        arc_rec::storage::api_keys::revoke(app.db.pool(), "acme", key_id)
+            .await
+            .unwrap()
+    );
+    for address in [&app.address, &replica] {
+        while status(address.clone()).await != 401 {
+            assert!(
+                revoked_at.elapsed() < ttl + Duration::from_secs(2),
+                "{address} still accepts the key {:?} after its revocation",
+                revoked_at.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
