@@ -20,34 +20,13 @@ rate="${1:-300}"
 seconds="${2:-40}"
 [ -x "$arc_rec" ] || { echo "fault-tests.sh: build $arc_rec first (cargo build --release)" >&2; exit 2; }
 
-work="$(mktemp -d /tmp/arc-rec-faults.XXXXXX)"
-export ARC_REC_DATA_DIR="$work/db"
-server=""
-cleanup() {
-  [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
-  "$arc_rec" db stop >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/server-lib.sh
+source "$root/scripts/server-lib.sh"
+work_dir arc-rec-faults
 failed=0
 report() { # NAME PASS|FAIL DETAILS
   printf '%-18s %s  %s\n' "$1" "$2" "$3"
   [ "$2" = PASS ] || failed=1
-}
-
-start_server() {
-  "$arc_rec" serve --listen 127.0.0.1:0 --rate-limit platform=off 2> "$work/serve.log" &
-  server=$!
-  port=""
-  for _ in $(seq 1 120); do
-    port="$(grep -o '(port [0-9]*)' "$work/serve.log" | grep -o '[0-9]*' || true)"
-    [ -n "$port" ] && return 0
-    kill -0 "$server" 2>/dev/null || break
-    sleep 0.5
-  done
-  cat "$work/serve.log" >&2
-  echo "fault-tests.sh: the server did not start" >&2
-  exit 1
 }
 
 # A small clustered world, a platform key and request bodies from its own contexts.
@@ -68,7 +47,7 @@ for line in open(sys.argv[1]):
 PY
 
 echo "== database-restart: $rate requests/s for $seconds s, Postgres stopped for 5 s a third of the way in"
-start_server
+start_server --rate-limit platform=off
 url="http://127.0.0.1:$port/v1/recommendations"
 (
   sleep "$((seconds / 3 + 1))"

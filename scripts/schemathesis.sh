@@ -25,34 +25,18 @@ if [ ! -x "$venv/bin/schemathesis" ]; then
   "$venv/bin/pip" install --quiet "schemathesis==4.32.5"
 fi
 
-data="$(mktemp -d /tmp/arc-rec-st.XXXXXX)"
-export ARC_REC_DATA_DIR="$data/db"
-server=""
-cleanup() {
-  [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
-  "$arc_rec" db stop >/dev/null 2>&1 || true
-  rm -rf "$data"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/server-lib.sh
+source "$root/scripts/server-lib.sh"
+work_dir arc-rec-st
 
-"$arc_rec" simulate --seed 5 --outcomes 2000 > /dev/null 2> "$data/setup.log"
-"$arc_rec" cluster > /dev/null 2>> "$data/setup.log"
+"$arc_rec" simulate --seed 5 --outcomes 2000 > /dev/null 2> "$work/setup.log"
+"$arc_rec" cluster > /dev/null 2>> "$work/setup.log"
 keys=()
 for role in platform analyst admin; do
-  keys+=("$role=$("$arc_rec" keys create --org acme --role "$role" --label schemathesis 2>> "$data/setup.log")")
+  keys+=("$role=$("$arc_rec" keys create --org acme --role "$role" --label schemathesis 2>> "$work/setup.log")")
 done
 
-"$arc_rec" serve --listen 127.0.0.1:0 --rate-limit platform=off --rate-limit analyst=off \
-  --rate-limit admin=off 2> "$data/serve.log" &
-server=$!
-port=""
-for _ in $(seq 1 120); do
-  port="$(grep -o '(port [0-9]*)' "$data/serve.log" | grep -o '[0-9]*' || true)"
-  [ -n "$port" ] && break
-  kill -0 "$server" 2>/dev/null || { cat "$data/serve.log" >&2; exit 1; }
-  sleep 0.5
-done
-[ -n "$port" ] || { echo "schemathesis.sh: the server did not start" >&2; exit 1; }
+start_server --rate-limit platform=off --rate-limit analyst=off --rate-limit admin=off
 
 status=0
 for entry in "${keys[@]}"; do
@@ -61,18 +45,18 @@ for entry in "${keys[@]}"; do
   echo "== schemathesis with the $role key"
   if "$venv/bin/schemathesis" --config-file "$root/tests/schemathesis/schemathesis.toml" run \
     "http://127.0.0.1:$port/openapi.json" --checks all -H "Authorization: Bearer $key" \
-    --max-examples "$max_examples" --workers "$workers" > "$data/$role.txt" 2>&1; then
-    echo "   passed: $(grep -E 'generated' "$data/$role.txt" | tail -n 1 | sed 's/^ *//')"
+    --max-examples "$max_examples" --workers "$workers" > "$work/$role.txt" 2>&1; then
+    echo "   passed: $(grep -E 'generated' "$work/$role.txt" | tail -n 1 | sed 's/^ *//')"
   else
     status=1
-    cat "$data/$role.txt"
+    cat "$work/$role.txt"
   fi
 done
 # A 500 logs "request failed" with its error chain (api::error); actix's own errors about
 # requests it could not parse (Schemathesis sends invalid headers on purpose) are not ours.
-if grep -q 'panicked\|"message":"request failed"' "$data/serve.log"; then
+if grep -q 'panicked\|"message":"request failed"' "$work/serve.log"; then
   echo "schemathesis.sh: the server failed requests:" >&2
-  grep 'panicked\|"message":"request failed"' "$data/serve.log" | head -n 20 >&2
+  grep 'panicked\|"message":"request failed"' "$work/serve.log" | head -n 20 >&2
   status=1
 fi
 exit "$status"

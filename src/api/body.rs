@@ -76,7 +76,7 @@ pub fn parse_query<T: DeserializeOwned>(request: &HttpRequest) -> Result<T, ApiE
 
 /// Parses a body as JSON: syntax errors are 400, a NUL character (which Postgres cannot store)
 /// is a 422 naming its field.
-fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
     if let Some(error) = std::str::from_utf8(body).ok().and_then(find_nul) {
         return Err(ApiError::Invalid(vec![error]));
     }

@@ -5,6 +5,7 @@
 //! this is the backstop that makes "schema-violating request accepted" impossible.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use jsonschema::paths::LocationSegment;
 use serde_json::{Value, json};
@@ -29,6 +30,16 @@ impl std::fmt::Debug for RequestSchemas {
 }
 
 impl RequestSchemas {
+    /// The served document's ([`super::openapi_document`]) request schemas, compiled once per
+    /// process: every server of a process (tests start many) and the fuzz targets share them.
+    pub fn served() -> Result<&'static RequestSchemas, String> {
+        static SERVED: OnceLock<Result<RequestSchemas, String>> = OnceLock::new();
+        SERVED
+            .get_or_init(|| Self::from_document(&super::openapi_document()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
     /// Compiles the request body schema of every operation of `document` (their `$ref`s resolve
     /// against the document's components).
     pub fn from_document(document: &OpenApiDocument) -> Result<Self, String> {
@@ -127,5 +138,40 @@ fn join(path: &str, name: &str) -> String {
         name.to_owned()
     } else {
         format!("{path}.{name}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_served_document_compiles_and_names_the_fields_it_refuses() {
+        let schemas = RequestSchemas::served().unwrap();
+        let body = json!({
+            "failure_context": {"failures": [{"failure_category": "x", "error_message": "y", "colour": 1}]},
+            "current_config": {"model": "m", "temperature": 9},
+            "user_context": ["a", "b"]
+        });
+        let Err(ApiError::Invalid(errors)) = schemas.check("POST", "/v1/recommendations", &body)
+        else {
+            panic!("refused");
+        };
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        for field in [
+            "failure_context.failures[0].colour",
+            "current_config.temperature",
+            "user_context",
+        ] {
+            assert!(fields.contains(&field), "{field} in {fields:?}");
+        }
+        let record = json!({"kind": "user", "org": "acme", "data": []});
+        let Err(ApiError::Invalid(errors)) =
+            schemas.check_component("IngestRecordBody", &record, "[3]")
+        else {
+            panic!("refused");
+        };
+        assert_eq!(errors[0].field, "[3].data");
+        assert!(schemas.check("GET", "/v1/nothing", &json!(1)).is_ok());
     }
 }

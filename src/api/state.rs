@@ -27,7 +27,7 @@ pub struct AppState {
     /// The keys' request buckets.
     pub limiter: RateLimiter,
     /// Each operation's request body schema, from the served OpenAPI document.
-    pub request_schemas: RequestSchemas,
+    pub request_schemas: &'static RequestSchemas,
     /// Candidates, cluster models and bandit policies per organization.
     pub serving: Arc<Serving>,
 }

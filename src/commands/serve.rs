@@ -5,9 +5,7 @@ use clap::Args;
 
 use crate::api::request_schemas::RequestSchemas;
 use crate::api::state::AppState;
-use crate::api::{
-    Application, DEFAULT_BODY_LIMIT, DEFAULT_HANDLING_TIMEOUT, ServerSettings, openapi_document,
-};
+use crate::api::{Application, DEFAULT_BODY_LIMIT, DEFAULT_HANDLING_TIMEOUT, ServerSettings};
 use crate::auth::{KeyCache, RoleRateLimit, RoleRateLimits};
 use crate::recommend::exposure::ExposureCap;
 use crate::recommend::service::{Serving, ServingOptions};
@@ -93,8 +91,7 @@ pub async fn run(
         handling_timeout: std::time::Duration::from_secs_f64(args.handling_timeout),
         rate_limits,
         limiter: Default::default(),
-        request_schemas: RequestSchemas::from_document(&openapi_document())
-            .map_err(anyhow::Error::msg)?,
+        request_schemas: RequestSchemas::served().map_err(anyhow::Error::msg)?,
     };
     let settings = ServerSettings {
         listen: args.listen.clone(),

@@ -282,10 +282,8 @@ pub async fn spawn_server(
         handling_timeout: limits.handling,
         rate_limits: Default::default(),
         limiter: Default::default(),
-        request_schemas: arc_rec::api::request_schemas::RequestSchemas::from_document(
-            &arc_rec::api::openapi_document(),
-        )
-        .expect("request schemas"),
+        request_schemas: arc_rec::api::request_schemas::RequestSchemas::served()
+            .expect("request schemas"),
     };
     let settings = arc_rec::api::ServerSettings {
         listen: "127.0.0.1:0".into(),

@@ -11,7 +11,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::Caller;
 use crate::api::state::AppState;
 use crate::auth::Permission;
-use crate::domain::FieldErrors;
+use crate::domain::{FieldErrors, OrgId};
 use crate::storage::decisions::{FeedbackOutcome, FeedbackRecord};
 
 /// Feedback on one recommendation.
@@ -32,6 +32,41 @@ pub struct FeedbackRequest {
     #[serde(default)]
     #[schema(value_type = Option<i32>, minimum = 1, maximum = 5)]
     pub feedback_score: Option<f64>,
+}
+
+impl FeedbackRequest {
+    /// Checks what types cannot, naming each bad field, and makes the record `org` stores (the
+    /// handler's checks, and what the fuzz target `feedback_request` drives).
+    pub fn into_record(self, org: &OrgId) -> Result<FeedbackRecord, ApiError> {
+        let mut errors = FieldErrors::default();
+        errors.check_id("recommendation_id", &self.recommendation_id);
+        if let Some(delta) = self.reliability_delta {
+            errors.check_range("reliability_delta", delta, -1.0, 1.0);
+        }
+        let feedback_score = match self.feedback_score {
+            // A whole number from 1 to 5, so the cast is exact.
+            Some(score) if score.fract() == 0.0 && (1.0..=5.0).contains(&score) => {
+                Some(score as i32)
+            }
+            Some(score) => {
+                errors.push(
+                    "feedback_score",
+                    format!("must be a whole number between 1 and 5, got {score}"),
+                );
+                None
+            }
+            None => None,
+        };
+        errors.finish().map_err(ApiError::Invalid)?;
+        Ok(FeedbackRecord {
+            org_id: org.as_str().to_owned(),
+            event_id: self.event_id,
+            recommendation_id: self.recommendation_id,
+            outcome: self.outcome,
+            reliability_delta: self.reliability_delta,
+            feedback_score,
+        })
+    }
 }
 
 /// Whether this feedback was new.
@@ -62,37 +97,9 @@ pub async fn post_feedback(
 ) -> Result<HttpResponse, ApiError> {
     let principal = caller.require(Permission::Feedback)?;
     let raw = read_json(&request, payload, state.body_limit).await?;
-    let body: FeedbackRequest = typed(&raw)?;
-    let mut errors = FieldErrors::default();
-    errors.check_id("recommendation_id", &body.recommendation_id);
-    if let Some(delta) = body.reliability_delta {
-        errors.check_range("reliability_delta", delta, -1.0, 1.0);
-    }
-    let feedback_score = match body.feedback_score {
-        // A whole number from 1 to 5, so the cast is exact.
-        Some(score) if score.fract() == 0.0 && (1.0..=5.0).contains(&score) => Some(score as i32),
-        Some(score) => {
-            errors.push(
-                "feedback_score",
-                format!("must be a whole number between 1 and 5, got {score}"),
-            );
-            None
-        }
-        None => None,
-    };
-    errors.finish().map_err(ApiError::Invalid)?;
+    let record = typed::<FeedbackRequest>(&raw)?.into_record(&principal.org)?;
     state.request_schemas.check("POST", "/v1/feedback", &raw)?;
-    let stored = state
-        .serving
-        .feedback(FeedbackRecord {
-            org_id: principal.org.as_str().to_owned(),
-            event_id: body.event_id,
-            recommendation_id: body.recommendation_id,
-            outcome: body.outcome,
-            reliability_delta: body.reliability_delta,
-            feedback_score,
-        })
-        .await?;
+    let stored = state.serving.feedback(record).await?;
     let mut response = if stored {
         HttpResponse::Created()
     } else {

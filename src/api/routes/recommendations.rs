@@ -146,8 +146,9 @@ pub struct ExplanationBody {
 }
 
 impl RecommendationRequest {
-    /// Checks what types cannot, naming each bad field.
-    fn into_query(mut self) -> Result<RecommendationQuery, ApiError> {
+    /// Checks what types cannot, naming each bad field (the handler's checks, and what the fuzz
+    /// target `recommendation_request` drives).
+    pub fn into_query(mut self) -> Result<RecommendationQuery, ApiError> {
         // The request is logged as JSON without its embedding, which goes to a `real[]` column:
         // as JSON text a 64-value embedding alone is ~0.8 kB per decision (15 kB at 1536
         // values) for Postgres to parse into numerics and write.
