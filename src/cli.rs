@@ -28,7 +28,7 @@ pub enum Command {
     Export(crate::commands::export::ExportArgs),
     /// Serve the HTTP API (recommendations, feedback, trajectories, analytics).
     Serve(crate::commands::serve::ServeArgs),
-    /// Create, list and revoke API keys.
+    /// Create, list, rate-limit and revoke API keys.
     #[command(subcommand)]
     Keys(crate::commands::keys::KeysCommand),
     /// Cluster failure patterns per organization (stable ids; the bandit's failure context).
