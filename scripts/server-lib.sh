@@ -11,6 +11,9 @@ work=""
 
 work_dir() {
   work="$(mktemp -d "/tmp/$1.XXXXXX")"
+  # Reachable by the postgres user, so that as root the cluster's files stay in it (not under
+  # /var/lib/arc-rec/clusters, where removing $work would leave them behind).
+  chmod 755 "$work"
   export ARC_REC_DATA_DIR="$work/db"
   trap stop_all EXIT
 }

@@ -57,6 +57,13 @@ impl OwnCluster {
 
     async fn start() -> (Self, TestDb) {
         let dir = tempfile::Builder::new().prefix("arcpg").tempdir().unwrap();
+        // Reachable by the postgres user, so that as root the cluster's files stay in the
+        // directory removed at the end (not under /var/lib/arc-rec/clusters).
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         let root = dir.path().to_owned();
         let target = DatabaseTarget::Embedded {
             root: root.clone(),
