@@ -134,7 +134,6 @@ pub fn generated_document() -> utoipa::openapi::OpenApi {
     document.info.version = env!("CARGO_PKG_VERSION").to_owned();
     document.info.description =
         Some("Configuration recommendations for an LLM-agent evaluation platform".to_owned());
-    document_limits(&mut document);
     let components = document.components.get_or_insert_with(Default::default);
     components.add_security_scheme(
         "api_key",
@@ -170,86 +169,6 @@ async fn unmatched(
         None => error::ApiError::NotFound(format!("no such route: {path}")),
     }
     .error_response()
-}
-
-/// Adds what every keyed `/v1` operation may answer whatever its handler: 429 over the key's
-/// rate limit (with `Retry-After`), 503 when the database is unreachable or handling outlasts
-/// its limit, and for those with a body 400, 413 and 415. One place, so a new route cannot
-/// forget them.
-fn document_limits(document: &mut utoipa::openapi::OpenApi) {
-    use utoipa::openapi::schema::{ObjectBuilder, Type};
-    use utoipa::openapi::{ContentBuilder, HeaderBuilder, Ref, ResponseBuilder};
-    let error_body = || {
-        ContentBuilder::new()
-            .schema(Some(Ref::from_schema_name("ErrorBody")))
-            .build()
-    };
-    let rate_limited = ResponseBuilder::new()
-        .description("The key's request rate limit is exceeded; retry after `Retry-After` seconds")
-        .content("application/json", error_body())
-        .header(
-            "Retry-After",
-            HeaderBuilder::new()
-                .schema(Some(
-                    ObjectBuilder::new()
-                        .schema_type(Type::Integer)
-                        .minimum(Some(1)),
-                ))
-                .description(Some(
-                    "Whole seconds to wait before the key is admitted again",
-                ))
-                .build(),
-        )
-        .build();
-    let body_errors = [
-        ("400", "The body is not JSON"),
-        (
-            "413",
-            "The body is larger than the server's limit (`serve --body-limit`)",
-        ),
-        ("415", "The body is not declared as `application/json`"),
-    ]
-    .map(|(status, description)| {
-        (
-            status,
-            ResponseBuilder::new()
-                .description(description)
-                .content("application/json", error_body())
-                .build(),
-        )
-    });
-    let unavailable = ResponseBuilder::new()
-        .description("The database is unreachable, or handling took longer than the server's limit")
-        .content("application/json", error_body())
-        .build();
-    for (path, item) in document.paths.paths.iter_mut() {
-        if !path.starts_with("/v1/") {
-            continue;
-        }
-        let operations = [
-            &mut item.get,
-            &mut item.put,
-            &mut item.post,
-            &mut item.delete,
-            &mut item.patch,
-        ];
-        for operation in operations.into_iter().flatten() {
-            let responses = &mut operation.responses.responses;
-            responses
-                .entry("429".to_owned())
-                .or_insert_with(|| rate_limited.clone().into());
-            responses
-                .entry("503".to_owned())
-                .or_insert_with(|| unavailable.clone().into());
-            if operation.request_body.is_some() {
-                for (status, response) in &body_errors {
-                    responses
-                        .entry((*status).to_owned())
-                        .or_insert_with(|| response.clone().into());
-                }
-            }
-        }
-    }
 }
 
 /// Counts and times every request by route pattern (not raw path, to bound cardinality), and

@@ -97,26 +97,23 @@ impl RequestSchemas {
 }
 
 fn refuse(validator: &jsonschema::Validator, body: &Value, prefix: &str) -> Result<(), ApiError> {
-    {
-        let errors: Vec<FieldError> = validator
-            .iter_errors(body)
-            .map(|error| {
-                let mut field = field_path(prefix, error.instance_path().segments());
-                if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } =
-                    error.kind()
-                    && let [name] = unexpected.as_slice()
-                {
-                    field = join(&field, name);
-                    return FieldError::new(field, "unknown field");
-                }
-                FieldError::new(field, error.to_string())
-            })
-            .collect();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(ApiError::Invalid(errors))
-        }
+    let errors: Vec<FieldError> = validator
+        .iter_errors(body)
+        .map(|error| {
+            let field = field_path(prefix, error.instance_path().segments());
+            if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } =
+                error.kind()
+                && let [name] = unexpected.as_slice()
+            {
+                return FieldError::new(join(&field, name), "unknown field");
+            }
+            FieldError::new(field, error.to_string())
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::Invalid(errors))
     }
 }
 

@@ -1,15 +1,16 @@
 //! What the derived OpenAPI schemas cannot say, written into the served document in one place:
 //! the agent configuration's rules (`domain::agent_config::config_json_schema`), the failure
-//! context's "at least one of", the embedding's single-precision range, and the analytics'
-//! parameters being in the query. Each mirrors a check in a handler: a schema stricter than its
-//! handler lets bad data through unannounced, a looser one rejects requests the document calls
-//! valid; `scripts/schemathesis.sh` sends both kinds and checks the answers agree.
+//! context's "at least one of", the embedding's single-precision range, the policies the OPE
+//! endpoint knows, a batch of ingest records, and the answers every keyed operation may give
+//! (429, 503, and 400/413/415 for bodies). Each mirrors a check in a handler: a schema stricter
+//! than its handler lets bad data through unannounced, a looser one rejects requests the
+//! document calls valid; `scripts/schemathesis.sh` sends both kinds and checks the answers agree.
 
 use serde_json::{Value, json};
 
-use crate::domain::RecordKind;
 use crate::domain::agent_config::config_json_schema;
 use crate::domain::records::ORG_ID_PATTERN;
+use crate::domain::{RecommendationType, RecordKind};
 
 /// The largest magnitude an embedding value may have: single precision's.
 pub const MAX_EMBEDDING_VALUE: f64 = f32::MAX as f64;
@@ -61,19 +62,94 @@ pub fn refine(document: &mut Value) -> Vec<&'static str> {
             *body = json!({"oneOf": [record, {"type": "array", "items": record, "minItems": 1}]});
         },
     );
+    patch(
+        "/paths/~1v1~1analytics~1ope/get/parameters",
+        &|parameters| {
+            let types: Vec<&str> = RecommendationType::ALL
+                .map(RecommendationType::as_str)
+                .to_vec();
+            let pattern = format!(
+                "^(heuristic|lowest_cost|uniform|type:({}))$",
+                types.join("|")
+            );
+            for parameter in parameters.as_array_mut().into_iter().flatten() {
+                if parameter["name"] == "policy" {
+                    parameter["schema"]["pattern"] = json!(pattern);
+                }
+            }
+        },
+    );
     patch("/components/schemas/IngestRecordBody", &|record| {
         record["additionalProperties"] = json!(false);
         record["properties"]["kind"]["enum"] = json!(RecordKind::ALL.map(RecordKind::as_str));
         record["properties"]["org"]["pattern"] = json!(ORG_ID_PATTERN);
         record["properties"]["data"]["type"] = json!("object");
     });
+    patch("/paths", &|paths| {
+        for (path, item) in paths.as_object_mut().into_iter().flatten() {
+            if !path.starts_with("/v1/") {
+                continue;
+            }
+            for (method, operation) in item.as_object_mut().into_iter().flatten() {
+                if !matches!(method.as_str(), "get" | "put" | "post" | "delete" | "patch") {
+                    continue;
+                }
+                let has_body = operation.get("requestBody").is_some();
+                let responses = &mut operation["responses"];
+                for (status, response) in answers_of_every_keyed_operation(has_body) {
+                    if responses.get(status).is_none() {
+                        responses[status] = response;
+                    }
+                }
+            }
+        }
+    });
     missing
+}
+
+/// What every keyed `/v1` operation may answer whatever its handler: 429 over the key's rate
+/// limit (with `Retry-After`), 503 when the database is unreachable or handling outlasts its
+/// limit, and for those with a body 400, 413 and 415. Written here, so a new route cannot
+/// forget them.
+fn answers_of_every_keyed_operation(has_body: bool) -> Vec<(&'static str, Value)> {
+    let error = |description: &str| {
+        json!({
+            "description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+        })
+    };
+    let mut rate_limited =
+        error("The key's request rate limit is exceeded; retry after `Retry-After` seconds");
+    rate_limited["headers"] = json!({"Retry-After": {
+        "description": "Whole seconds to wait before the key is admitted again",
+        "schema": {"type": "integer", "minimum": 1}
+    }});
+    let mut answers = vec![
+        ("429", rate_limited),
+        (
+            "503",
+            error("The database is unreachable, or handling took longer than the server's limit"),
+        ),
+    ];
+    if has_body {
+        answers.extend([
+            ("400", error("The body is not JSON")),
+            (
+                "413",
+                error("The body is larger than the server's limit (`serve --body-limit`)"),
+            ),
+            (
+                "415",
+                error("The body is not declared as `application/json`"),
+            ),
+        ]);
+    }
+    answers
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::RecommendationType;
     use crate::recommend::ope::TargetPolicy;
 
     #[test]

@@ -2,7 +2,6 @@
 //! handling time, request rates).
 
 use std::sync::Arc;
-
 use std::time::Duration;
 
 use sqlx::PgPool;

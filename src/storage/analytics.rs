@@ -68,15 +68,6 @@ pub async fn acceptance(
         .context("acceptance analytics")
 }
 
-/// `SELECT 1`: is the database answering?
-pub async fn ping(pool: &PgPool) -> Result<(), StorageError> {
-    sqlx::query("SELECT 1")
-        .execute(pool)
-        .await
-        .context("ping")?;
-    Ok(())
-}
-
 /// A logged top recommendation for off-policy evaluation.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct LoggedTop {

@@ -102,9 +102,7 @@ pub async fn acceptance(
 #[into_params(parameter_in = Query)]
 pub struct OpeQuery {
     /// `heuristic`, `lowest_cost`, `uniform` or `type:<recommendation type>`.
-    #[param(
-        pattern = r"^(heuristic|lowest_cost|uniform|type:(cheapest|highest_perf|balanced|model_switch|retry_policy|timeout_adjustment|temperature|tool_configuration))$"
-    )]
+    // Its pattern in the document is written from the types by `api::schema_rules`.
     pub policy: String,
     /// First day included (YYYY-MM-DD, UTC).
     pub since: Option<NaiveDate>,
