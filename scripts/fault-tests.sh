@@ -15,11 +15,8 @@
 # Environment: ARC_REC (binary; default target/release/arc-rec).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-arc_rec="${ARC_REC:-$root/target/release/arc-rec}"
 rate="${1:-300}"
 seconds="${2:-40}"
-[ -x "$arc_rec" ] || { echo "fault-tests.sh: build $arc_rec first (cargo build --release)" >&2; exit 2; }
-
 # shellcheck source=scripts/server-lib.sh
 source "$root/scripts/server-lib.sh"
 work_dir arc-rec-faults

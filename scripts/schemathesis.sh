@@ -16,10 +16,10 @@
 # runtime error, not a finding).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-arc_rec="${ARC_REC:-$root/target/release/arc-rec}"
 max_examples="${1:-100}"
 workers="${WORKERS:-1}"
-[ -x "$arc_rec" ] || { echo "schemathesis.sh: build $arc_rec first (cargo build --release)" >&2; exit 2; }
+# shellcheck source=scripts/server-lib.sh
+source "$root/scripts/server-lib.sh"
 
 venv="$root/.venv-tools"
 if [ ! -x "$venv/bin/schemathesis" ]; then
@@ -27,8 +27,6 @@ if [ ! -x "$venv/bin/schemathesis" ]; then
   "$venv/bin/pip" install --quiet "schemathesis==4.32.5"
 fi
 
-# shellcheck source=scripts/server-lib.sh
-source "$root/scripts/server-lib.sh"
 work_dir arc-rec-st
 
 "$arc_rec" simulate --seed 5 --outcomes 2000 > /dev/null 2> "$work/setup.log"
@@ -45,9 +43,10 @@ for entry in "${keys[@]}"; do
   role="${entry%%=*}"
   key="${entry#*=}"
   echo "== schemathesis with the $role key"
-  if "$venv/bin/schemathesis" --config-file "$root/tests/schemathesis/schemathesis.toml" run \
+  # From the work directory: Schemathesis keeps a cache (.schemathesis/) where it runs.
+  if (cd "$work" && "$venv/bin/schemathesis" --config-file "$root/tests/schemathesis/schemathesis.toml" run \
     "http://127.0.0.1:$port/openapi.json" --checks all -H "Authorization: Bearer $key" \
-    --max-examples "$max_examples" --workers "$workers" > "$work/$role.txt" 2>&1; then
+    --max-examples "$max_examples" --workers "$workers") > "$work/$role.txt" 2>&1; then
     echo "   passed: $(grep -E 'generated' "$work/$role.txt" | tail -n 1 | sed 's/^ *//')"
   else
     status=1

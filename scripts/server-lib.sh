@@ -1,11 +1,17 @@
 # Shared by the scripts that run `arc-rec serve` on a throwaway embedded cluster
-# (fault-tests.sh, schemathesis.sh). Source it after setting `arc_rec` (the binary):
+# (fault-tests.sh, schemathesis.sh). Source it after setting `root` (the repository): it sets
+# `arc_rec` to $ARC_REC or target/release/arc-rec and exits 2 unless that binary is built.
 #
 #     work_dir PREFIX       a temporary directory in $work for the cluster (ARC_REC_DATA_DIR)
 #                           and logs, removed with the cluster on exit
 #     start_server ARGS...  `arc-rec serve --listen 127.0.0.1:0 ARGS...` in the background;
 #                           sets $server (its pid) and $port once it listens, exits if it fails
 
+arc_rec="${ARC_REC:-$root/target/release/arc-rec}"
+[ -x "$arc_rec" ] || {
+  echo "$(basename "$0"): build $arc_rec first (cargo build --release)" >&2
+  exit 2
+}
 server=""
 work=""
 

@@ -213,6 +213,14 @@ pub fn stored_rate_limit(limit: RateLimit) -> (f64, i32) {
     )
 }
 
+/// A key's own rate limit from its `api_keys` columns: `None` when it has none. The table's
+/// checks keep a stored limit valid; one that is not anyway counts as none (the role's applies),
+/// not a reason to lock the key out.
+pub fn rate_limit_of_stored(rate_per_second: Option<f64>, burst: Option<i32>) -> Option<RateLimit> {
+    let burst = u32::try_from(burst?).ok()?;
+    RateLimit::new(rate_per_second?, burst).ok()
+}
+
 /// Splits a token into (key id, secret).
 fn parse_token(token: &str) -> Result<(&str, &str), AuthError> {
     let rest = token.strip_prefix("arc_").ok_or(AuthError::Malformed)?;
@@ -278,19 +286,11 @@ impl KeyCache {
         }
         let role = Role::parse(&stored.role).ok_or(AuthError::Unknown)?;
         let org = OrgId::parse(&stored.org_id).map_err(|_| AuthError::Unknown)?;
-        // The table's checks keep a stored limit valid; one that is not anyway is ignored
-        // (the role's applies), not a reason to lock the key out.
-        let rate_limit = match (stored.rate_per_second, stored.burst) {
-            (Some(rate), Some(burst)) => u32::try_from(burst)
-                .ok()
-                .and_then(|burst| RateLimit::new(rate, burst).ok()),
-            _ => None,
-        };
         Ok(Principal {
             org,
             role,
+            rate_limit: rate_limit_of_stored(stored.rate_per_second, stored.burst),
             key_id: stored.key_id,
-            rate_limit,
         })
     }
 }

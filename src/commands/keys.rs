@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand};
 
-use crate::auth::{Role, create_key, stored_rate_limit};
+use crate::auth::{Role, create_key, rate_limit_of_stored, stored_rate_limit};
 use crate::domain::OrgId;
 use crate::rate_limit::RateLimit;
 use crate::storage::{Database, api_keys};
@@ -108,10 +108,8 @@ pub async fn run(command: &KeysCommand, database: &Database) -> anyhow::Result<(
             );
             for key in api_keys::list(database.pool(), org.as_str()).await? {
                 let created = key.created_at.format("%Y-%m-%dT%H:%M:%SZ").to_string();
-                let limit = match (key.rate_per_second, key.burst) {
-                    (Some(rate), Some(burst)) => format!("{rate}/{burst}"),
-                    _ => "role".to_owned(),
-                };
+                let limit = rate_limit_of_stored(key.rate_per_second, key.burst)
+                    .map_or_else(|| "role".to_owned(), |limit| limit.to_string());
                 println!(
                     "{:<18} {:<10} {created:<26} {:<8} {limit:<14} {}",
                     key.key_id,
