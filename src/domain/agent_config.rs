@@ -77,8 +77,8 @@ pub fn config_json_schema() -> Value {
     })
 }
 
-/// Largest number of seconds a timeout or backoff may be.
-const MAX_SECONDS: f64 = 86_400.0;
+/// Largest number of seconds a timeout or backoff may be (`validate_config`, `validate_diff`).
+pub const MAX_SECONDS: f64 = 86_400.0;
 
 /// Validates a diff (merge patch) over a configuration: the same field rules, nothing required,
 /// and at least one change.

@@ -29,6 +29,7 @@
 use serde_json::{Value, json};
 
 use crate::domain::RecommendationType;
+use crate::domain::agent_config::MAX_SECONDS;
 
 /// Longest rationale, in characters: one sentence (the world's are at most 72). 300 let rambling
 /// samples run past the token limit (not_json, 12 of 1,280 in an eval at 96 tokens).
@@ -41,8 +42,6 @@ pub const MAX_SYSTEM_PROMPT_CHARS: usize = 2000;
 pub const MAX_TOOLS: usize = 32;
 /// Largest `max_tokens` a diff may set.
 pub const MAX_MAX_TOKENS: u64 = 1_000_000;
-/// Largest number of seconds `validate_diff` accepts for a timeout or a backoff.
-const MAX_SECONDS: f64 = 86_400.0;
 /// Smallest timeout or backoff a diff may set, and the step of every one: a millisecond.
 const MIN_SECONDS: f64 = 0.001;
 
