@@ -228,10 +228,12 @@ impl From<ServeError> for ApiError {
             ServeError::Log(DecisionWriteError::Unavailable(_)) => {
                 ApiError::Unavailable("database unreachable".into())
             }
+            ServeError::LearnerStopped(_) => ApiError::Unavailable("shutting down".into()),
             ServeError::Cluster(_)
             | ServeError::Rank(_)
             | ServeError::Log(_)
             | ServeError::LogEncoding(_)
+            | ServeError::SnapshotEncoding(_)
             | ServeError::Poisoned => ApiError::Internal(anyhow::Error::new(err)),
         }
     }

@@ -75,15 +75,19 @@ pub async fn run(
         feedbacks: args.new_version_feedbacks,
     };
     exposure_cap.validate().map_err(anyhow::Error::msg)?;
-    let serving = Serving::start_with(database.pool().clone(), ServingOptions { exposure_cap })
-        .await
-        .context("cannot load the serving state")?;
+    // Boxed: loading the state (snapshots, the replay) is a large future.
+    let serving = Box::pin(Serving::start_with(
+        database.pool().clone(),
+        ServingOptions { exposure_cap },
+    ))
+    .await
+    .context("cannot load the serving state")?;
     let mut rate_limits = RoleRateLimits::default();
     for setting in &args.rate_limits {
         rate_limits.apply(setting);
     }
     let state = AppState {
-        serving,
+        serving: serving.clone(),
         pool: database.pool().clone(),
         keys: KeyCache::default(),
         metrics: metrics.clone(),
@@ -110,6 +114,11 @@ pub async fn run(
         .await
         .context("server task failed")?
         .context("server failed")?;
+    // What the learners learned is stored, so the next start replays nothing.
+    match serving.snapshot_all().await {
+        Ok(orgs) => tracing::info!(orgs, "bandit snapshots stored"),
+        Err(err) => tracing::warn!(error = %err, "cannot store bandit snapshots at shutdown"),
+    }
     Ok(())
 }
 

@@ -135,7 +135,7 @@ const ANSWER_VARIANCE: f64 = 0.25;
 pub const MIN_PRIOR_SD: f64 = 0.1;
 
 /// What serving has learned about one priced model candidate from its own answers.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CandidateEvidence {
     pub answers: u32,
     /// Σ (answer − what the shared model and the prior predicted when it was shown).

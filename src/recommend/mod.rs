@@ -11,3 +11,4 @@ pub mod ope;
 pub mod pipeline_bench;
 pub mod placement;
 pub mod service;
+pub mod snapshot;

@@ -7,6 +7,12 @@
 //! Requests read an immutable `Arc<ThompsonPolicy>` snapshot and never wait for learning; the
 //! learner applies observations in small batches, refreshes the posterior draws, and publishes
 //! a new snapshot.
+//!
+//! Start-up at scale: each learner stores what it has learned in `bandit_state`
+//! (`recommend::snapshot`) every [`SNAPSHOT_EVERY_LESSONS`] lessons or [`SNAPSHOT_INTERVAL`],
+//! and when the server stops ([`Serving::snapshot_all`]); a server starts from the snapshots of
+//! its policy version and replays only the feedback received after them, so start-up costs
+//! the tail of the log, not all of it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -29,17 +35,19 @@ use super::engine::{
 use super::exposure::{Exposure, ExposureCap};
 use super::features::{layout, policy_config};
 use super::placement::{PlacementError, place};
+use super::snapshot::{LearnedRow, Ledger, Lesson, OrgSnapshot, SNAPSHOT_FORMAT};
 use crate::candidates::{CandidateIndex, FailureObservation, provider_of};
 use crate::clustering::{ClusterError, ClusterModel};
 use crate::domain::Candidate;
 use crate::storage::StorageError;
+use crate::storage::bandit_state::{load_snapshots, save_snapshot};
 use crate::storage::candidate_stats::{
     ModelCandidatesMark, load_model_candidates_by_cluster, model_candidates_marks,
 };
 use crate::storage::decisions::{
     DecisionItemRecord, DecisionRecord, FeedbackOutcome, FeedbackRecord, FeedbackStored,
-    LearnableFeedback, exposure_counts, failures_of_outcomes, feedback_for, feedback_since,
-    insert_feedback,
+    LearnableFeedback, exposure_counts, failures_of_outcomes, feedback_after, feedback_for,
+    feedback_since, insert_feedback,
 };
 
 /// How often replicas look for each other's feedback and for new model candidates.
@@ -58,6 +66,14 @@ const POLL_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
 const DECAY_EPOCH_S: f64 = 86_400.0;
 /// The learner publishes at most this often.
 const PUBLISH_INTERVAL: Duration = Duration::from_millis(200);
+/// A learner stores a snapshot after this many lessons since its last one...
+pub const SNAPSHOT_EVERY_LESSONS: u64 = 20_000;
+/// ...or this long after its last one when it has learned anything since.
+pub const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(60);
+/// A snapshot covers every row received up to this long before the newest it learned (plus the
+/// rows it lists): the poll's re-read window and a poll interval of margin, since a row
+/// committed just before the snapshot may not have been polled yet.
+const SNAPSHOT_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
 /// A failure context to recommend for, validated.
 #[derive(Debug, Clone)]
@@ -118,6 +134,12 @@ pub enum ServeError {
     /// A lock holder panicked; the state may be inconsistent.
     #[error("serving state lock poisoned")]
     Poisoned,
+    /// A snapshot could not be encoded (not expected: plain numbers and strings).
+    #[error("cannot encode a bandit snapshot")]
+    SnapshotEncoding(#[source] serde_json::Error),
+    /// The organization's learner has stopped (the server is shutting down).
+    #[error("the learner of {0} has stopped")]
+    LearnerStopped(String),
 }
 
 /// The recommender model's candidates with the cluster each was generated for (`None`: any).
@@ -139,14 +161,37 @@ struct OrgServing {
     /// Decisions headed by each model version and answers about its candidates (the exposure
     /// cap on new versions).
     exposure: Mutex<Exposure>,
-    learner: mpsc::UnboundedSender<Observation>,
+    learner: mpsc::UnboundedSender<ToLearner>,
 }
+
+/// What a learner is sent.
+#[derive(Debug)]
+enum ToLearner {
+    /// An answer to learn: the shared model's observation and the rest of the lesson.
+    Learn(Box<(Observation, Lesson)>),
+    /// Store a snapshot now (after everything sent before) and say whether it was stored.
+    Snapshot(tokio::sync::oneshot::Sender<Result<(), ServeError>>),
+}
+
+/// An organization's policy and ledger restored from its snapshot.
+type Restored = (ThompsonPolicy, Ledger);
 
 /// How serving runs (beyond the database).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ServingOptions {
     /// The exposure cap on new model versions.
     pub exposure_cap: ExposureCap,
+}
+
+/// How a server's state was loaded at start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct StartupReport {
+    /// Organizations whose learner started from a stored snapshot.
+    pub restored: usize,
+    /// Feedback rows replayed (past the snapshots, and all of other organizations').
+    pub replayed: usize,
+    /// Time from the first query to the last row handed to a learner.
+    pub seconds: f64,
 }
 
 /// The serving state of every organization.
@@ -164,6 +209,7 @@ pub struct Serving {
     learned: Mutex<HashSet<(Uuid, String)>>,
     /// Per loaded organization, the model candidates' mark when they were last loaded.
     model_marks: Mutex<HashMap<String, ModelCandidatesMark>>,
+    startup: Mutex<StartupReport>,
 }
 
 impl std::fmt::Debug for Serving {
@@ -204,14 +250,84 @@ impl Serving {
             loading: tokio::sync::Mutex::new(()),
             learned: Mutex::new(HashSet::new()),
             model_marks: Mutex::new(HashMap::new()),
+            startup: Mutex::new(StartupReport::default()),
         });
-        let history = feedback_since(&serving.pool, None).await?;
-        let watermark = history.iter().map(|f| f.received_at).max();
-        for feedback in history {
+        let started = std::time::Instant::now();
+        let mut cutoffs = Vec::new();
+        let mut watermark = None;
+        for stored in load_snapshots(&serving.pool, &serving.policy_version).await? {
+            let org = stored.org_id;
+            match OrgSnapshot::restore(stored.state_version, &stored.state) {
+                Ok((policy, ledger)) => {
+                    if let Some(after) = ledger.replay_after(SNAPSHOT_OVERLAP) {
+                        cutoffs.push((org.clone(), after));
+                    }
+                    watermark = watermark.max(ledger.learned_through);
+                    serving.learned.lock().map_err(|_| poisoned())?.extend(
+                        ledger
+                            .recent
+                            .iter()
+                            .map(|row| (row.event_id, row.recommendation_id.clone())),
+                    );
+                    serving.install(&org, Some((policy, ledger))).await?;
+                }
+                // A snapshot this server cannot use costs time, not correctness: replay all.
+                Err(err) => {
+                    tracing::warn!(org = %org, error = %err, "bandit snapshot unusable; replaying the whole log");
+                }
+            }
+        }
+        let restored = cutoffs.len();
+        let tail = feedback_after(&serving.pool, &cutoffs).await?;
+        let replayed = tail.len();
+        watermark = watermark.max(tail.iter().map(|f| f.received_at).max());
+        for feedback in tail {
             serving.learn(feedback).await?;
         }
+        let report = StartupReport {
+            restored,
+            replayed,
+            seconds: started.elapsed().as_secs_f64(),
+        };
+        tracing::info!(
+            restored,
+            replayed,
+            seconds = report.seconds,
+            "serving state loaded: organizations restored from snapshots, feedback rows replayed"
+        );
+        *serving.startup.lock().map_err(|_| poisoned())? = report;
         tokio::spawn(poll_feedback(Arc::downgrade(&serving), watermark));
         Ok(serving)
+    }
+
+    /// Has every loaded organization's learner store a snapshot of what it has learned so far
+    /// (called when the server stops, so the next start replays nothing). Returns how many
+    /// were stored.
+    pub async fn snapshot_all(&self) -> Result<usize, ServeError> {
+        let learners: Vec<(String, mpsc::UnboundedSender<ToLearner>)> = self
+            .orgs
+            .read()
+            .map_err(|_| poisoned())?
+            .iter()
+            .map(|(org, state)| (org.clone(), state.learner.clone()))
+            .collect();
+        let mut stored = 0;
+        for (org, learner) in learners {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            learner
+                .send(ToLearner::Snapshot(reply))
+                .map_err(|_| ServeError::LearnerStopped(org.clone()))?;
+            answer
+                .await
+                .map_err(|_| ServeError::LearnerStopped(org.clone()))??;
+            stored += 1;
+        }
+        Ok(stored)
+    }
+
+    /// How this server's state was loaded.
+    pub fn startup(&self) -> StartupReport {
+        self.startup.lock().map(|r| *r).unwrap_or_default()
     }
 
     /// The policy version reported with every decision.
@@ -232,6 +348,16 @@ impl Serving {
         if let Some(state) = self.orgs.read().ok().and_then(|m| m.get(org).cloned()) {
             return Ok(state);
         }
+        self.install(org, None).await
+    }
+
+    /// Loads an organization's state (unless another task did meanwhile) with its learner
+    /// starting from `restored` (a snapshot) or from the prior.
+    async fn install(
+        &self,
+        org: &str,
+        restored: Option<Restored>,
+    ) -> Result<Arc<OrgServing>, ServeError> {
         let _loading = self.loading.lock().await;
         if let Some(state) = self.orgs.read().ok().and_then(|m| m.get(org).cloned()) {
             return Ok(state);
@@ -240,16 +366,21 @@ impl Serving {
         // Answers are counted as feedback is learned (the start-up replay included); decisions
         // and what headed them come from the log.
         let (decisions, headed) = exposure_counts(&self.pool, org).await?;
+        let (mut policy, ledger) = match restored {
+            Some(restored) => restored,
+            None => (
+                ThompsonPolicy::new(layout(), policy_config()).map_err(RecommendError::from)?,
+                Ledger::default(),
+            ),
+        };
         let exposure = Exposure::new(
             u64::try_from(decisions).unwrap_or(0),
             headed
                 .into_iter()
                 .map(|(version, n)| (version, u64::try_from(n).unwrap_or(0)))
                 .collect(),
-            HashMap::new(),
+            ledger.answers.clone(),
         );
-        let mut policy =
-            ThompsonPolicy::new(layout(), policy_config()).map_err(RecommendError::from)?;
         policy.refresh_bank_seeded(rand::rng().random());
         let (sender, receiver) = mpsc::unbounded_channel();
         let state = Arc::new(OrgServing {
@@ -257,13 +388,18 @@ impl Serving {
             index: RwLock::new(Arc::new(index)),
             clusters: RwLock::new(clusters.map(Arc::new)),
             model_candidates: RwLock::new(Arc::new(model_candidates)),
-            evidence: RwLock::new(HashMap::new()),
+            evidence: RwLock::new(ledger.evidence.clone()),
             exposure: Mutex::new(exposure),
             learner: sender,
         });
         tokio::spawn(learn_loop(
-            org.to_owned(),
-            policy,
+            Learner {
+                org: org.to_owned(),
+                policy,
+                ledger,
+                pool: self.pool.clone(),
+                policy_version: self.policy_version.clone(),
+            },
             receiver,
             Arc::downgrade(&state),
         ));
@@ -519,17 +655,35 @@ impl Serving {
         // A priced model candidate's own evidence: the answer's surprise against what was
         // predicted of it when shown, as logged (the prior mean alone for items logged before
         // predictions were), so a restart and every replica replay the same.
-        if let Some(prior_mean) = row.prior_mean {
+        let evidence = row.prior_mean.map(|prior_mean| {
+            (
+                candidate_id(&row.recommendation_id),
+                accepted,
+                row.predicted.unwrap_or(prior_mean),
+            )
+        });
+        if let Some((candidate, accepted, predicted)) = &evidence {
             state
                 .evidence
                 .write()
                 .map_err(|_| poisoned())?
-                .entry(candidate_id(&row.recommendation_id))
+                .entry(candidate.clone())
                 .or_default()
-                .record(accepted, row.predicted.unwrap_or(prior_mean));
+                .record(*accepted, *predicted);
         }
+        let lesson = Lesson {
+            row: LearnedRow {
+                event_id: row.event_id,
+                recommendation_id: row.recommendation_id,
+                received_at: row.received_at,
+            },
+            evidence,
+            model_version: row.model_version_id,
+        };
         // A closed channel means the learner stopped (shutdown); nothing to do.
-        let _ = state.learner.send(observation);
+        let _ = state
+            .learner
+            .send(ToLearner::Learn(Box::new((observation, lesson))));
         Ok(())
     }
 }
@@ -603,48 +757,122 @@ fn timestamp_s(t: DateTime<Utc>) -> f64 {
     t.timestamp() as f64 + f64::from(t.timestamp_subsec_millis()) / 1000.0
 }
 
-/// Applies observations in batches and publishes snapshots until the organization is dropped.
-async fn learn_loop(
+/// A learner's own state: the policy it updates and its account of what that policy learned.
+struct Learner {
     org: String,
-    mut policy: ThompsonPolicy,
-    mut receiver: mpsc::UnboundedReceiver<Observation>,
+    policy: ThompsonPolicy,
+    ledger: Ledger,
+    pool: PgPool,
+    policy_version: String,
+}
+
+impl Learner {
+    /// Discounts to the current epoch, applies a batch of lessons to the policy and the ledger,
+    /// and redraws the bank.
+    fn learn_batch(&mut self, batch: Vec<(Observation, Lesson)>) {
+        let org = self.org.as_str();
+        let epoch = (timestamp_s(Utc::now()) / DECAY_EPOCH_S).floor() * DECAY_EPOCH_S;
+        if self.policy.clock_s().is_some_and(|clock| clock < epoch)
+            && let Err(err) = self.policy.decay_to(epoch)
+        {
+            tracing::warn!(org, error = %err, "cannot discount old evidence");
+        }
+        for (observation, lesson) in batch {
+            match self.policy.update(&observation) {
+                // The ledger records only what the policy learned, so the two stay in step.
+                Ok(()) => self.ledger.record(lesson),
+                Err(err) => {
+                    tracing::warn!(org, id = %observation.id, error = %err, "feedback not learned");
+                }
+            }
+        }
+        self.policy.refresh_bank_seeded(rand::rng().random());
+    }
+
+    /// Stores a snapshot of the policy and ledger (the most advanced replica's wins).
+    async fn snapshot(&self) -> Result<(), ServeError> {
+        let snapshot = OrgSnapshot::take(&self.policy, &self.ledger, SNAPSHOT_OVERLAP);
+        // ~2 MB of JSON at this layout: serialised off the runtime.
+        let json = tokio::task::spawn_blocking(move || serde_json::to_string(&snapshot))
+            .await
+            .map_err(|err| ServeError::Storage(StorageError::Task(err)))?
+            .map_err(ServeError::SnapshotEncoding)?;
+        save_snapshot(
+            &self.pool,
+            &self.org,
+            &self.policy_version,
+            SNAPSHOT_FORMAT,
+            &json,
+            i64::try_from(self.ledger.lessons).unwrap_or(i64::MAX),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// Applies observations in batches and publishes policies until the organization is dropped;
+/// stores a snapshot when one is due or asked for.
+async fn learn_loop(
+    mut learner: Learner,
+    mut receiver: mpsc::UnboundedReceiver<ToLearner>,
     state: std::sync::Weak<OrgServing>,
 ) {
+    let mut snapshotted = (learner.ledger.lessons, std::time::Instant::now());
     while let Some(first) = receiver.recv().await {
-        let mut batch = vec![first];
-        tokio::time::sleep(PUBLISH_INTERVAL).await;
-        while let Ok(more) = receiver.try_recv() {
-            batch.push(more);
+        // A batch runs up to the first snapshot request, which is answered after it.
+        let mut batch = Vec::new();
+        let mut asked = None;
+        match first {
+            ToLearner::Learn(lesson) => batch.push(*lesson),
+            ToLearner::Snapshot(reply) => asked = Some(reply),
+        }
+        if asked.is_none() {
+            tokio::time::sleep(PUBLISH_INTERVAL).await;
+            while let Ok(more) = receiver.try_recv() {
+                match more {
+                    ToLearner::Learn(lesson) => batch.push(*lesson),
+                    ToLearner::Snapshot(reply) => {
+                        asked = Some(reply);
+                        break;
+                    }
+                }
+            }
         }
         let Some(state) = state.upgrade() else { return };
-        let org_name = org.clone();
-        // The maths is CPU work (~1 ms per observation, ~0.1 s per bank refresh): off the runtime.
-        let result = tokio::task::spawn_blocking(move || {
-            let epoch = (timestamp_s(Utc::now()) / DECAY_EPOCH_S).floor() * DECAY_EPOCH_S;
-            if policy.clock_s().is_some_and(|clock| clock < epoch)
-                && let Err(err) = policy.decay_to(epoch)
-            {
-                tracing::warn!(org = %org_name, error = %err, "cannot discount old evidence");
-            }
-            for observation in &batch {
-                if let Err(err) = policy.update(observation) {
-                    tracing::warn!(org = %org_name, id = %observation.id, error = %err, "feedback not learned");
+        if !batch.is_empty() {
+            // The maths is CPU work (~0.1 ms per observation, ~0.1 s per bank refresh): off the
+            // runtime.
+            let result = tokio::task::spawn_blocking(move || {
+                learner.learn_batch(batch);
+                learner
+            })
+            .await;
+            match result {
+                Ok(updated) => {
+                    learner = updated;
+                    if let Ok(mut slot) = state.policy.write() {
+                        *slot = Arc::new(learner.policy.clone());
+                    }
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "learner stopped");
+                    return;
                 }
             }
-            policy.refresh_bank_seeded(rand::rng().random());
-            policy
-        })
-        .await;
-        match result {
-            Ok(updated) => {
-                policy = updated;
-                if let Ok(mut slot) = state.policy.write() {
-                    *slot = Arc::new(policy.clone());
+        }
+        let due = learner.ledger.lessons > snapshotted.0
+            && (learner.ledger.lessons - snapshotted.0 >= SNAPSHOT_EVERY_LESSONS
+                || snapshotted.1.elapsed() >= SNAPSHOT_INTERVAL);
+        if due || asked.is_some() {
+            let stored = learner.snapshot().await;
+            match &stored {
+                Ok(()) => snapshotted = (learner.ledger.lessons, std::time::Instant::now()),
+                Err(err) => {
+                    tracing::warn!(org = %learner.org, error = %err, "cannot store a bandit snapshot");
                 }
             }
-            Err(err) => {
-                tracing::error!(org = %org, error = %err, "learner stopped");
-                return;
+            if let Some(reply) = asked {
+                let _ = reply.send(stored);
             }
         }
     }

@@ -310,14 +310,22 @@ const LEARNABLE_SQL: &str = "SELECT f.org_id, f.event_id, f.recommendation_id, f
  JOIN decision_items i ON i.org_id = f.org_id AND i.event_id = f.event_id AND i.recommendation_id = f.recommendation_id
  JOIN decision_log l ON l.org_id = f.org_id AND l.event_id = f.event_id";
 
-/// Feedback received at or after `since` (all of it when `None`), oldest first, with the
-/// logged features it applies to.
+/// Only the first answer about a shown item is learned (an `applied` after an `accepted` is
+/// the same answer told twice): a row is learnable when no earlier row answers the same item.
+/// Deciding this in the query, not in a set of every item ever learned, keeps a server's memory
+/// and its start-up snapshot independent of how much feedback there has been.
+const FIRST_ANSWER_SQL: &str = "NOT EXISTS (SELECT 1 FROM feedback e
+    WHERE e.org_id = f.org_id AND e.event_id = f.event_id AND e.recommendation_id = f.recommendation_id
+      AND (e.received_at, e.outcome) < (f.received_at, f.outcome))";
+
+/// First answers received at or after `since` (all of them when `None`), oldest first, with
+/// the logged features they apply to.
 pub async fn feedback_since(
     pool: &PgPool,
     since: Option<DateTime<Utc>>,
 ) -> Result<Vec<LearnableFeedback>, StorageError> {
     sqlx::query_as(&format!(
-        "{LEARNABLE_SQL} WHERE $1::timestamptz IS NULL OR f.received_at >= $1
+        "{LEARNABLE_SQL} WHERE ($1::timestamptz IS NULL OR f.received_at >= $1) AND {FIRST_ANSWER_SQL}
          ORDER BY f.received_at, f.event_id, f.recommendation_id, f.outcome"
     ))
     .bind(since)
@@ -326,7 +334,29 @@ pub async fn feedback_since(
     .context("read feedback")
 }
 
-/// The feedback stored for one shown recommendation, with its features.
+/// First answers a server starting from snapshots must replay, oldest first: for each
+/// organization in `cutoffs`, those received after its cutoff; for every other organization,
+/// all of them.
+pub async fn feedback_after(
+    pool: &PgPool,
+    cutoffs: &[(String, DateTime<Utc>)],
+) -> Result<Vec<LearnableFeedback>, StorageError> {
+    let (orgs, after): (Vec<&str>, Vec<DateTime<Utc>>) =
+        cutoffs.iter().map(|(org, t)| (org.as_str(), *t)).unzip();
+    sqlx::query_as(&format!(
+        "{LEARNABLE_SQL}
+         LEFT JOIN unnest($1::text[], $2::timestamptz[]) AS c (org_id, after) ON c.org_id = f.org_id
+         WHERE (c.after IS NULL OR f.received_at > c.after) AND {FIRST_ANSWER_SQL}
+         ORDER BY f.received_at, f.event_id, f.recommendation_id, f.outcome"
+    ))
+    .bind(orgs)
+    .bind(after)
+    .fetch_all(pool)
+    .await
+    .context("read feedback past the snapshots")
+}
+
+/// The first answer stored for one shown recommendation (none or one row), with its features.
 pub async fn feedback_for(
     pool: &PgPool,
     org: &str,
@@ -335,6 +365,7 @@ pub async fn feedback_for(
 ) -> Result<Vec<LearnableFeedback>, StorageError> {
     sqlx::query_as(&format!(
         "{LEARNABLE_SQL} WHERE f.org_id = $1 AND f.event_id = $2 AND f.recommendation_id = $3
+           AND {FIRST_ANSWER_SQL}
          ORDER BY f.received_at, f.outcome"
     ))
     .bind(org)

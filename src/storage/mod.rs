@@ -3,6 +3,7 @@
 
 pub mod analytics;
 pub mod api_keys;
+pub mod bandit_state;
 pub mod candidate_stats;
 pub mod clusters;
 pub mod decisions;

@@ -1,0 +1,223 @@
+//! What an organization's learner has learned, as one snapshot stored in `bandit_state`, so a
+//! server starts from the snapshot and replays only the feedback past it instead of the whole
+//! log (issue: start-up at scale). Pure: the service reads and writes it through `storage`.
+//!
+//! The snapshot is the learner's own account ([`Ledger`]): the policy it updated and, beside
+//! it, everything else its lessons taught (each priced candidate's evidence, each model
+//! version's answers) and which feedback rows they were. Requests see those maps earlier (the
+//! service updates them when it hands a row over), but the snapshot must hold exactly what the
+//! policy holds, so the learner keeps its own copy, applied with the policy, lesson by lesson.
+//!
+//! Which rows are in it: every row received at or before `learned_through − overlap`, where
+//! `overlap` is the feedback poll's re-read window (a row commits at most that long after its
+//! `received_at`, the poll's own assumption), plus the rows listed in `recent`. A restart
+//! replays rows received after `learned_through − overlap` and skips those in `recent`.
+
+use std::collections::HashMap;
+
+use bandit::{PolicyState, ThompsonPolicy};
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::engine::CandidateEvidence;
+
+/// The snapshot format this code writes and reads (`bandit_state.state_version`).
+pub const SNAPSHOT_FORMAT: i32 = 1;
+
+/// One feedback row the learner learned: its item and when it was received.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LearnedRow {
+    pub event_id: Uuid,
+    pub recommendation_id: String,
+    pub received_at: DateTime<Utc>,
+}
+
+/// What one answer teaches besides the shared model's observation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lesson {
+    pub row: LearnedRow,
+    /// A priced model candidate's answer: its candidate id, whether it was accepted and what
+    /// was predicted of it when shown.
+    pub evidence: Option<(String, bool, f64)>,
+    /// The model version whose candidate was answered (the exposure cap counts answers).
+    pub model_version: Option<String>,
+}
+
+/// The learner's account of what its policy has learned (everything but the policy).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ledger {
+    /// Each priced model candidate's evidence, by candidate id.
+    pub evidence: HashMap<String, CandidateEvidence>,
+    /// Answers about each model version's candidates.
+    pub answers: HashMap<String, u64>,
+    /// The newest `received_at` learned.
+    pub learned_through: Option<DateTime<Utc>>,
+    /// The rows learned that were received after `learned_through − overlap` (pruned when the
+    /// snapshot is taken).
+    pub recent: Vec<LearnedRow>,
+    /// Lessons learned, in all.
+    pub lessons: u64,
+}
+
+impl Ledger {
+    /// Records one lesson the policy has just learned.
+    pub fn record(&mut self, lesson: Lesson) {
+        if let Some((candidate_id, accepted, predicted)) = lesson.evidence {
+            self.evidence
+                .entry(candidate_id)
+                .or_default()
+                .record(accepted, predicted);
+        }
+        if let Some(version) = lesson.model_version {
+            *self.answers.entry(version).or_insert(0) += 1;
+        }
+        let received_at = lesson.row.received_at;
+        self.learned_through = Some(
+            self.learned_through
+                .map_or(received_at, |t| t.max(received_at)),
+        );
+        self.recent.push(lesson.row);
+        self.lessons += 1;
+    }
+
+    /// Forgets the rows received at or before `learned_through − overlap`: the cutoff covers
+    /// them.
+    pub fn prune(&mut self, overlap: TimeDelta) {
+        if let Some(cutoff) = self.replay_after(overlap) {
+            self.recent.retain(|row| row.received_at > cutoff);
+        }
+    }
+
+    /// Rows received after this (all rows when `None`) may be missing from the snapshot: a
+    /// restart replays them, skipping those in `recent`.
+    pub fn replay_after(&self, overlap: TimeDelta) -> Option<DateTime<Utc>> {
+        self.learned_through.map(|t| t - overlap)
+    }
+}
+
+/// One organization's stored snapshot: the policy and the learner's ledger.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrgSnapshot {
+    pub policy: PolicyState,
+    pub ledger: Ledger,
+}
+
+/// Why a stored snapshot cannot be used (the server then replays the whole log).
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("snapshot format {found}, this server reads {SNAPSHOT_FORMAT}")]
+    Format { found: i32 },
+    #[error("snapshot is not valid JSON for this format: {0}")]
+    Syntax(#[from] serde_json::Error),
+    #[error("snapshot policy: {0}")]
+    Policy(#[from] bandit::BanditError),
+    #[error("snapshot counts {lessons} lessons but its policy {observations} observations")]
+    Inconsistent { lessons: u64, observations: u64 },
+}
+
+impl OrgSnapshot {
+    /// The snapshot of `policy` and its `ledger`, pruned to the rows a restart needs.
+    pub fn take(policy: &ThompsonPolicy, ledger: &Ledger, overlap: TimeDelta) -> Self {
+        let mut ledger = ledger.clone();
+        ledger.prune(overlap);
+        Self {
+            policy: policy.to_state(),
+            ledger,
+        }
+    }
+
+    /// Parses and checks a stored snapshot, restoring its policy (bit-identical to the one
+    /// snapshotted, `bandit::state`).
+    pub fn restore(format: i32, json: &str) -> Result<(ThompsonPolicy, Ledger), SnapshotError> {
+        if format != SNAPSHOT_FORMAT {
+            return Err(SnapshotError::Format { found: format });
+        }
+        let snapshot: Self = serde_json::from_str(json)?;
+        let policy = ThompsonPolicy::from_state(&snapshot.policy)?;
+        if policy.observations() != snapshot.ledger.lessons {
+            return Err(SnapshotError::Inconsistent {
+                lessons: snapshot.ledger.lessons,
+                observations: policy.observations(),
+            });
+        }
+        Ok((policy, snapshot.ledger))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recommend::features::{layout, policy_config};
+
+    fn row(second: i64, id: &str) -> LearnedRow {
+        LearnedRow {
+            event_id: Uuid::nil(),
+            recommendation_id: id.into(),
+            received_at: DateTime::from_timestamp(1_700_000_000 + second, 0).unwrap(),
+        }
+    }
+
+    fn lesson(second: i64, id: &str) -> Lesson {
+        Lesson {
+            row: row(second, id),
+            evidence: Some(("c-1".into(), true, 0.25)),
+            model_version: Some("mv".into()),
+        }
+    }
+
+    #[test]
+    fn the_ledger_keeps_only_the_rows_past_the_cutoff() {
+        let mut ledger = Ledger::default();
+        for (second, id) in [(0, "a"), (50, "b"), (100, "c"), (90, "d")] {
+            ledger.record(lesson(second, id));
+        }
+        ledger.prune(TimeDelta::seconds(30));
+        let kept: Vec<&str> = ledger
+            .recent
+            .iter()
+            .map(|r| r.recommendation_id.as_str())
+            .collect();
+        assert_eq!(kept, ["c", "d"]);
+        assert_eq!(ledger.learned_through, Some(row(100, "").received_at));
+        assert_eq!(ledger.lessons, 4);
+        assert_eq!(ledger.answers["mv"], 4);
+        assert_eq!(ledger.evidence["c-1"].answers, 4);
+        assert!((ledger.evidence["c-1"].surprise - 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_snapshot_round_trips_and_refuses_what_does_not_add_up() {
+        let mut policy = ThompsonPolicy::new(layout(), policy_config()).unwrap();
+        policy.refresh_bank_seeded(7);
+        let mut ledger = Ledger::default();
+        let json =
+            serde_json::to_string(&OrgSnapshot::take(&policy, &ledger, TimeDelta::seconds(30)))
+                .unwrap();
+        let (restored, restored_ledger) = OrgSnapshot::restore(SNAPSHOT_FORMAT, &json).unwrap();
+        assert_eq!(restored.to_state(), policy.to_state());
+        assert_eq!(restored_ledger, ledger);
+
+        ledger.record(lesson(0, "a"));
+        let json =
+            serde_json::to_string(&OrgSnapshot::take(&policy, &ledger, TimeDelta::seconds(30)))
+                .unwrap();
+        assert!(matches!(
+            OrgSnapshot::restore(SNAPSHOT_FORMAT, &json),
+            Err(SnapshotError::Inconsistent {
+                lessons: 1,
+                observations: 0
+            })
+        ));
+        assert!(matches!(
+            OrgSnapshot::restore(SNAPSHOT_FORMAT + 1, &json),
+            Err(SnapshotError::Format { .. })
+        ));
+        assert!(matches!(
+            OrgSnapshot::restore(SNAPSHOT_FORMAT, "{\"policy\": 1}"),
+            Err(SnapshotError::Syntax(_))
+        ));
+    }
+}
