@@ -4,8 +4,15 @@
 #
 #     work_dir PREFIX       a temporary directory in $work for the cluster (ARC_REC_DATA_DIR)
 #                           and logs, removed with the cluster on exit
-#     start_server ARGS...  `arc-rec serve --listen 127.0.0.1:0 ARGS...` in the background;
-#                           sets $server (its pid) and $port once it listens, exits if it fails
+#     $mounted              a mount point to unmount on exit (a script's tmpfs), if set
+#     hold_cluster          keeps the embedded cluster running between commands (each command
+#                           stops it on exit when no other arc-rec process uses it) by holding
+#                           the users' lock as a running command does, until exit
+#     start_server ARGS...  `arc-rec serve --listen 127.0.0.1:0 ARGS...` in the background,
+#                           logging to $work/serve.log (or $server_log); sets $server (its pid)
+#                           and $port once it listens (waiting up to $server_start_timeout s,
+#                           default 60), exits if it fails; every server started is stopped on
+#                           exit
 
 arc_rec="${ARC_REC:-$root/target/release/arc-rec}"
 [ -x "$arc_rec" ] || {
@@ -24,25 +31,45 @@ work_dir() {
   trap stop_all EXIT
 }
 
+servers=()
+
 stop_all() {
-  if [ -n "$server" ]; then
-    kill "$server" 2> /dev/null && wait "$server" 2> /dev/null
+  # Under `set -e` a server or holder dying of the signal must not end the clean-up early.
+  for pid in "${servers[@]}"; do
+    { kill "$pid" && wait "$pid"; } 2> /dev/null || true
+  done
+  if [ -n "${mounted:-}" ]; then
+    umount "$mounted" 2> /dev/null || true
   fi
   "$arc_rec" db stop > /dev/null 2>&1 || true
   rm -rf "$work"
 }
 
+hold_cluster() {
+  "$arc_rec" migrate > /dev/null
+  # The lock is held on fd 9 by the sleep itself, so killing it (stop_all) releases the lock.
+  (
+    exec 9>> "$ARC_REC_DATA_DIR/users.lock"
+    flock -s 9
+    exec sleep infinity
+  ) &
+  servers+=("$!")
+  "$arc_rec" migrate > /dev/null
+}
+
 start_server() {
-  "$arc_rec" serve --listen 127.0.0.1:0 "$@" 2> "$work/serve.log" &
+  local log="${server_log:-$work/serve.log}"
+  "$arc_rec" serve --listen 127.0.0.1:0 "$@" 2> "$log" &
   server=$!
+  servers+=("$server")
   port=""
-  for _ in $(seq 1 120); do
-    port="$(grep -o '(port [0-9]*)' "$work/serve.log" | grep -o '[0-9]*' || true)"
+  for _ in $(seq 1 $((${server_start_timeout:-60} * 2))); do
+    port="$(grep -o '(port [0-9]*)' "$log" | grep -o '[0-9]*' || true)"
     [ -n "$port" ] && return 0
     kill -0 "$server" 2> /dev/null || break
     sleep 0.5
   done
-  cat "$work/serve.log" >&2
+  cat "$log" >&2
   echo "$(basename "$0"): the server did not start" >&2
   exit 1
 }

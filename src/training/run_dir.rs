@@ -207,10 +207,20 @@ impl RunDir {
         let temp = checkpoints.join(format!("{TEMP_PREFIX}{name}"));
         let target = checkpoints.join(&name);
         remove_if_present(&temp)?;
-        fs::create_dir_all(&temp).with_context(|| format!("cannot create {}", temp.display()))?;
-        write_files(&temp)?;
-        fs::write(temp.join(STATE_FILE), serde_json::to_vec_pretty(state)?)?;
-        sync_tree(&temp)?;
+        let written = (|| {
+            fs::create_dir_all(&temp)
+                .with_context(|| format!("cannot create {}", temp.display()))?;
+            write_files(&temp)?;
+            fs::write(temp.join(STATE_FILE), serde_json::to_vec_pretty(state)?)
+                .with_context(|| format!("cannot write {}", temp.join(STATE_FILE).display()))?;
+            sync_tree(&temp)
+        })();
+        if let Err(err) = written {
+            // A full disk (or any failed write) leaves no partial checkpoint behind, only the
+            // previous ones.
+            let _ = fs::remove_dir_all(&temp);
+            return Err(err);
+        }
         // A rollback re-reaches steps it checkpointed before: the newer state replaces it.
         remove_if_present(&target)?;
         fs::rename(&temp, &target)
