@@ -130,11 +130,11 @@ if wants replica; then
   python3 -c 'import json,sys; d=json.loads(sys.argv[1])["delays_s"]; assert all(x is not None and x <= 3 for x in d), d' "$learning" || verdict=FAIL
   report replica-feedback "$verdict" "answer to A seen in B's mean scores after: $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["delays_s"])' "$learning") s (bound 3 s)"
   doomed="$("$arc_rec" keys create --org acme --role platform --label doomed 2>> "$work/setup.log")"
-  doomed_id="$(sql -c "SELECT key_id FROM api_keys WHERE label = 'doomed'")"
+  doomed_id="$(cut -d_ -f2 <<< "$doomed")" # arc_<key id>_<secret>
   coproc revocation { python3 "$root/scripts/fault_checks.py" revocation "$url_a" "$url_b" "$doomed" "$work/bodies.jsonl"; }
   read -r ready <&"${revocation[0]}"
   [ "$ready" = ready ] || { echo "revocation check did not start" >&2; exit 1; }
-  "$arc_rec" keys revoke --org acme "$doomed_id" > /dev/null 2>> "$work/setup.log"
+  "$arc_rec" keys revoke --org acme --key-id "$doomed_id" > /dev/null 2>> "$work/setup.log"
   echo revoked >&"${revocation[1]}"
   read -r revoked <&"${revocation[0]}"
   wait "$revocation_PID" 2> /dev/null || true

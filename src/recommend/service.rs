@@ -210,6 +210,10 @@ pub struct Serving {
     /// Per loaded organization, the model candidates' mark when they were last loaded.
     model_marks: Mutex<HashMap<String, ModelCandidatesMark>>,
     startup: Mutex<StartupReport>,
+    /// The runtime `start` ran on, where learners and the poller run: not an HTTP worker's
+    /// (a request may load an organization), whose runtime ends with the server while the
+    /// learners must outlive it to store their snapshots.
+    runtime: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for Serving {
@@ -251,6 +255,7 @@ impl Serving {
             learned: Mutex::new(HashSet::new()),
             model_marks: Mutex::new(HashMap::new()),
             startup: Mutex::new(StartupReport::default()),
+            runtime: tokio::runtime::Handle::current(),
         });
         let started = std::time::Instant::now();
         let mut cutoffs = Vec::new();
@@ -296,7 +301,9 @@ impl Serving {
             "serving state loaded: organizations restored from snapshots, feedback rows replayed"
         );
         *serving.startup.lock().map_err(|_| poisoned())? = report;
-        tokio::spawn(poll_feedback(Arc::downgrade(&serving), watermark));
+        serving
+            .runtime
+            .spawn(poll_feedback(Arc::downgrade(&serving), watermark));
         Ok(serving)
     }
 
@@ -392,7 +399,7 @@ impl Serving {
             exposure: Mutex::new(exposure),
             learner: sender,
         });
-        tokio::spawn(learn_loop(
+        self.runtime.spawn(learn_loop(
             Learner {
                 org: org.to_owned(),
                 policy,

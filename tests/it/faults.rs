@@ -186,7 +186,8 @@ async fn an_exhausted_pool_answers_503_after_the_acquire_timeout() {
 }
 
 /// `arc-rec serve` as a process, SIGTERM while requests are in flight: it stops accepting,
-/// answers what it accepted, and exits 0; every decision it answered 200 is in the database;
+/// answers what it accepted, stores its learners' snapshots and exits 0; every decision it
+/// answered 200 is in the database;
 /// and nothing it logged (at trace level, SQL included) holds a key's secret, its hash or a rejected key.
 #[tokio::test]
 async fn sigterm_drains_in_flight_requests_and_loses_no_acknowledged_decision() {
@@ -281,6 +282,14 @@ async fn sigterm_drains_in_flight_requests_and_loses_no_acknowledged_decision() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(status.success(), "{status}");
+    // The learner of acme (loaded by a request, on an HTTP worker) outlived the workers and
+    // stored its snapshot, so the next start replays nothing.
+    let snapshots: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM bandit_state WHERE org_id = 'acme'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(snapshots, 1, "no snapshot stored at shutdown");
     assert!(
         !acknowledged.is_empty() && refused > 0,
         "{} acknowledged, {refused} refused: SIGTERM came too early or too late",
