@@ -20,7 +20,15 @@ RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates
  && rm -rf /var/lib/apt/lists/* && useradd --system --uid 10001 arcrec
 COPY --from=builder /arc-rec-service /usr/local/bin/arc-rec
 USER arcrec
+# In a container the service listens on every interface (outside one, 127.0.0.1 by default).
+ENV ARC_REC_LISTEN=0.0.0.0:8080
+EXPOSE 8080
+# Healthy when /readyz answers 200 (the database answers and has every migration), on the port
+# of ARC_REC_LISTEN; bash's /dev/tcp, as the slim image has no curl.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
+  CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/${ARC_REC_LISTEN##*:} && printf 'GET /readyz HTTP/1.0\\r\\n\\r\\n' >&3 && head -n 1 <&3 | grep -q ' 200 '"]
 ENTRYPOINT ["arc-rec"]
+CMD ["serve"]
 
 FROM debian:bookworm-slim AS trainer
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates postgresql-client libgomp1 \

@@ -66,6 +66,9 @@ const POLL_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
 const DECAY_EPOCH_S: f64 = 86_400.0;
 /// The learner publishes at most this often.
 const PUBLISH_INTERVAL: Duration = Duration::from_millis(200);
+/// A learner applies at most this many lessons between publications, so a long backlog (the
+/// start-up replay) reaches requests, and snapshots, in steps of about a second.
+const MAX_BATCH: usize = 2_000;
 /// A learner stores a snapshot after this many lessons since its last one...
 pub const SNAPSHOT_EVERY_LESSONS: u64 = 20_000;
 /// ...or this long after its last one when it has learned anything since.
@@ -825,6 +828,7 @@ async fn learn_loop(
     state: std::sync::Weak<OrgServing>,
 ) {
     let mut snapshotted = (learner.ledger.lessons, std::time::Instant::now());
+    let mut behind = false;
     while let Some(first) = receiver.recv().await {
         // A batch runs up to the first snapshot request, which is answered after it.
         let mut batch = Vec::new();
@@ -834,8 +838,13 @@ async fn learn_loop(
             ToLearner::Snapshot(reply) => asked = Some(reply),
         }
         if asked.is_none() {
-            tokio::time::sleep(PUBLISH_INTERVAL).await;
-            while let Ok(more) = receiver.try_recv() {
+            // Behind (the last batch was full): no waiting for more to arrive.
+            if !behind {
+                tokio::time::sleep(PUBLISH_INTERVAL).await;
+            }
+            while batch.len() < MAX_BATCH
+                && let Ok(more) = receiver.try_recv()
+            {
                 match more {
                     ToLearner::Learn(lesson) => batch.push(*lesson),
                     ToLearner::Snapshot(reply) => {
@@ -845,6 +854,7 @@ async fn learn_loop(
                 }
             }
         }
+        behind = batch.len() >= MAX_BATCH;
         let Some(state) = state.upgrade() else { return };
         if !batch.is_empty() {
             // The maths is CPU work (~0.1 ms per observation, ~0.1 s per bank refresh): off the
