@@ -203,9 +203,18 @@ SQL
   rss_snapshot=$(awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$server/status")
   kill -TERM "$server"; wait "$server" 2> /dev/null || true
   count_snapshot=$(sql -c "SELECT coalesce(sum(feedback_count), 0) FROM bandit_state")
-  loaded() { grep -o 'restored[^ ]*\|replayed[^ ]*' "$1" | tr '\n' ' '; }
-  echo "   full replay: listening after $t_listen_full s, learned and stopped after $t_full s ($(loaded "$work/serve-full.log"))"
-  echo "   from snapshots: listening after $t_listen_snapshot s, peak RSS $rss_snapshot MB ($(loaded "$work/serve-snapshot.log"))"
+  loaded() { # the server's own account of its start
+    grep 'serving state loaded' "$1" | python3 -c '
+import json, sys
+line = sys.stdin.readline()
+try:
+    d = json.loads(line)
+    print(f"{d["restored"]} organizations restored, {d["replayed"]} rows replayed in {d["seconds"]:.1f} s")
+except ValueError:
+    print(line.strip())'
+  }
+  echo "   whole log: listening after $t_listen_full s ($(loaded "$work/serve-full.log")), every answer learned and stopped after $t_full s"
+  echo "   snapshots: listening after $t_listen_snapshot s ($(loaded "$work/serve-snapshot.log")), peak RSS $rss_snapshot MB"
   verdict=PASS
   [ "$count_full" -eq "$answers" ] && [ "$count_snapshot" -eq "$answers" ] || verdict=FAIL
   python3 -c "assert $t_listen_snapshot <= 60" || verdict=FAIL
