@@ -15,6 +15,9 @@ use crate::recommend::service::Serving;
 #[derive(Debug)]
 pub struct AppState {
     pub pool: PgPool,
+    /// Analyst queries' own pool (`storage::analytics_pool`): they never take serving's
+    /// connections.
+    pub analytics_pool: PgPool,
     pub keys: KeyCache,
     pub metrics: telemetry::Metrics,
     /// Largest accepted request body, in bytes.

@@ -89,6 +89,7 @@ pub async fn run(
     let state = AppState {
         serving: serving.clone(),
         pool: database.pool().clone(),
+        analytics_pool: database.analytics_pool(),
         keys: KeyCache::default(),
         metrics: metrics.clone(),
         body_limit: args.body_limit,

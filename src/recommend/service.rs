@@ -799,9 +799,12 @@ impl Learner {
         self.policy.refresh_bank_seeded(rand::rng().random());
     }
 
-    /// Stores a snapshot of the policy and ledger (the most advanced replica's wins).
-    async fn snapshot(&self) -> Result<(), ServeError> {
-        let snapshot = OrgSnapshot::take(&self.policy, &self.ledger, SNAPSHOT_OVERLAP);
+    /// Stores a snapshot of the policy and ledger (the most advanced replica's wins). The
+    /// ledger forgets the rows the snapshot's cutoff covers first, so between snapshots it holds
+    /// at most a snapshot interval's rows.
+    async fn snapshot(&mut self) -> Result<(), ServeError> {
+        self.ledger.prune(SNAPSHOT_OVERLAP);
+        let snapshot = OrgSnapshot::take(&self.policy, &self.ledger);
         // ~2 MB of JSON at this layout: serialised off the runtime.
         let json = tokio::task::spawn_blocking(move || serde_json::to_string(&snapshot))
             .await

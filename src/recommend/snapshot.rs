@@ -119,13 +119,12 @@ pub enum SnapshotError {
 }
 
 impl OrgSnapshot {
-    /// The snapshot of `policy` and its `ledger`, pruned to the rows a restart needs.
-    pub fn take(policy: &ThompsonPolicy, ledger: &Ledger, overlap: TimeDelta) -> Self {
-        let mut ledger = ledger.clone();
-        ledger.prune(overlap);
+    /// The snapshot of `policy` and its `ledger` (pruned by the caller, [`Ledger::prune`], to
+    /// the rows a restart needs).
+    pub fn take(policy: &ThompsonPolicy, ledger: &Ledger) -> Self {
         Self {
             policy: policy.to_state(),
-            ledger,
+            ledger: ledger.clone(),
         }
     }
 
@@ -193,17 +192,13 @@ mod tests {
         let mut policy = ThompsonPolicy::new(layout(), policy_config()).unwrap();
         policy.refresh_bank_seeded(7);
         let mut ledger = Ledger::default();
-        let json =
-            serde_json::to_string(&OrgSnapshot::take(&policy, &ledger, TimeDelta::seconds(30)))
-                .unwrap();
+        let json = serde_json::to_string(&OrgSnapshot::take(&policy, &ledger)).unwrap();
         let (restored, restored_ledger) = OrgSnapshot::restore(SNAPSHOT_FORMAT, &json).unwrap();
         assert_eq!(restored.to_state(), policy.to_state());
         assert_eq!(restored_ledger, ledger);
 
         ledger.record(lesson(0, "a"));
-        let json =
-            serde_json::to_string(&OrgSnapshot::take(&policy, &ledger, TimeDelta::seconds(30)))
-                .unwrap();
+        let json = serde_json::to_string(&OrgSnapshot::take(&policy, &ledger)).unwrap();
         assert!(matches!(
             OrgSnapshot::restore(SNAPSHOT_FORMAT, &json),
             Err(SnapshotError::Inconsistent {

@@ -69,9 +69,23 @@ impl StorageError {
     }
 }
 
+/// The analyst queries' pool on the database `connect` names (see
+/// [`Database::analytics_pool`]).
+pub fn analytics_pool(connect: &PgConnectOptions) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(ANALYTICS_CONNECTIONS)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_lazy_with(
+            connect
+                .clone()
+                .options([("statement_timeout", ANALYTICS_STATEMENT_TIMEOUT)]),
+        )
+}
+
 /// Whether a sqlx error means the server is out of reach: no connection to be had in time,
-/// a broken connection, or Postgres refusing work while it shuts down or starts up (SQLSTATE
-/// class 08 connection exceptions, 57P01–57P03, 53300 too many connections).
+/// a broken connection, Postgres refusing work while it shuts down or starts up (SQLSTATE
+/// class 08 connection exceptions, 57P01–57P03, 53300 too many connections), or a statement
+/// cancelled at its timeout (57014: the analytics pool's, [`ANALYTICS_STATEMENT_TIMEOUT`]).
 pub fn sqlx_unavailable(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::PoolTimedOut
@@ -80,7 +94,8 @@ pub fn sqlx_unavailable(error: &sqlx::Error) -> bool {
         | sqlx::Error::Tls(_)
         | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "53300")
+            code.starts_with("08")
+                || matches!(&*code, "57P01" | "57P02" | "57P03" | "53300" | "57014")
         }),
         _ => false,
     }
@@ -115,6 +130,14 @@ pub async fn pending_migrations(pool: &PgPool) -> Result<Vec<i64>, StorageError>
 /// Longest a request waits for a pooled connection before it fails (503 at the API): while the
 /// database is down, requests fail within this bound instead of queueing.
 pub const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Connections analyst queries may hold at once, in a pool of their own: a query aggregating
+/// the whole decision log costs seconds on a large log, and without a bulkhead a few analysts
+/// took every connection and CPU serving needed (`scripts/soak.sh` at 15 queries/s).
+pub const ANALYTICS_CONNECTIONS: u32 = 2;
+
+/// Longest an analyst query may run before Postgres cancels it (answered 503).
+pub const ANALYTICS_STATEMENT_TIMEOUT: &str = "30s";
 
 /// Adds a static description to a sqlx error.
 pub(crate) trait QueryContext<T> {
@@ -231,6 +254,12 @@ impl Database {
     /// The connection pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// A pool of its own for analyst queries: [`ANALYTICS_CONNECTIONS`] connections, each
+    /// statement cancelled after [`ANALYTICS_STATEMENT_TIMEOUT`]. Connects on first use.
+    pub fn analytics_pool(&self) -> PgPool {
+        analytics_pool(&self.connect)
     }
 
     /// Options for opening a dedicated connection (server-side cursors, COPY).

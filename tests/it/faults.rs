@@ -185,6 +185,53 @@ async fn an_exhausted_pool_answers_503_after_the_acquire_timeout() {
     assert_eq!(status, 201);
 }
 
+/// Analyst queries run in a pool of their own (a bulkhead): with every serving connection
+/// taken they still answer; that pool holds two connections, and a statement past its timeout
+/// is cancelled and counted as "unavailable" (503), not as a server error.
+#[tokio::test]
+async fn analyst_queries_have_a_pool_of_their_own_with_a_statement_timeout() {
+    let app = spawn_app().await;
+    let pool = app.db.pool();
+    let acceptance = "/v1/analytics/acceptance?group_by=type";
+    // The key is checked against the database once, then cached.
+    let response = app.get(acceptance, Some(&app.analyst_key)).await;
+    assert_eq!(response.status(), 200);
+    let mut held = Vec::new();
+    while let Ok(Ok(connection)) =
+        tokio::time::timeout(Duration::from_millis(500), pool.acquire()).await
+    {
+        held.push(connection);
+    }
+    assert_eq!(held.len(), pool.options().get_max_connections() as usize);
+    let response = app.get(acceptance, Some(&app.analyst_key)).await;
+    assert_eq!(response.status(), 200);
+    drop(held);
+
+    let analytics = arc_rec::storage::analytics_pool(&pool.connect_options());
+    assert_eq!(
+        analytics.options().get_max_connections(),
+        arc_rec::storage::ANALYTICS_CONNECTIONS
+    );
+    let timeout: String = sqlx::query_scalar("SHOW statement_timeout")
+        .fetch_one(&analytics)
+        .await
+        .unwrap();
+    assert_eq!(timeout, arc_rec::storage::ANALYTICS_STATEMENT_TIMEOUT);
+    let mut connection = analytics.acquire().await.unwrap();
+    sqlx::query("SET statement_timeout = '50ms'")
+        .execute(&mut *connection)
+        .await
+        .unwrap();
+    let cancelled = sqlx::query("SELECT pg_sleep(2)")
+        .execute(&mut *connection)
+        .await
+        .unwrap_err();
+    assert!(
+        arc_rec::storage::sqlx_unavailable(&cancelled),
+        "{cancelled}"
+    );
+}
+
 /// `arc-rec serve` as a process, SIGTERM while requests are in flight: it stops accepting,
 /// answers what it accepted, stores its learners' snapshots and exits 0; every decision it
 /// answered 200 is in the database;

@@ -276,6 +276,7 @@ pub async fn spawn_server(
     let state = arc_rec::api::state::AppState {
         serving: serving.clone(),
         pool: pool.clone(),
+        analytics_pool: arc_rec::storage::analytics_pool(&pool.connect_options()),
         keys: arc_rec::auth::KeyCache::with_ttl(limits.key_cache_ttl),
         metrics: telemetry::Metrics::new("arc_rec_test").expect("metrics"),
         body_limit: limits.body,

@@ -69,7 +69,7 @@ pub async fn acceptance(
         ));
     }
     let counts = analytics::acceptance(
-        &state.pool,
+        &state.analytics_pool,
         principal.org.as_str(),
         query.group_by,
         query.since,
@@ -159,7 +159,7 @@ pub async fn ope(
         )
     })?;
     let rows = analytics::logged_tops(
-        &state.pool,
+        &state.analytics_pool,
         principal.org.as_str(),
         query.since,
         query.until,
