@@ -47,12 +47,8 @@ report() { # NAME PASS|FAIL DETAILS
 }
 
 # A small clustered world, a platform key and request bodies from its own contexts.
-"$arc_rec" simulate --seed 7 --outcomes 2000 --orgs acme > /dev/null 2> "$work/setup.log"
-hold_cluster
-"$arc_rec" cluster > /dev/null 2>> "$work/setup.log"
-"$arc_rec" export --out "$work/examples.jsonl" > /dev/null 2>> "$work/setup.log"
+small_world
 key="$("$arc_rec" keys create --org acme --role platform --label fault-tests 2>> "$work/setup.log")"
-python3 "$root/scripts/request_bodies.py" "$work/examples.jsonl" > "$work/bodies.jsonl"
 
 if wants database-restart; then
 echo "== database-restart: $rate requests/s for $seconds s, Postgres stopped for 5 s a third of the way in"

@@ -4,6 +4,9 @@
 #
 #     work_dir PREFIX       a temporary directory in $work for the cluster (ARC_REC_DATA_DIR)
 #                           and logs, removed with the cluster on exit
+#     small_world           a clustered world of 2,000 outcomes for `acme` (seed 7) with the
+#                           cluster held running, its export in $work/examples.jsonl and
+#                           recommendation requests from it in $work/bodies.jsonl
 #     $mounted              a mount point to unmount on exit (a script's tmpfs), if set
 #     hold_cluster          keeps the embedded cluster running between commands (each command
 #                           stops it on exit when no other arc-rec process uses it) by holding
@@ -55,6 +58,14 @@ hold_cluster() {
   ) &
   servers+=("$!")
   "$arc_rec" migrate > /dev/null
+}
+
+small_world() {
+  "$arc_rec" simulate --seed 7 --outcomes 2000 --orgs acme > /dev/null 2> "$work/setup.log"
+  hold_cluster
+  "$arc_rec" cluster > /dev/null 2>> "$work/setup.log"
+  "$arc_rec" export --out "$work/examples.jsonl" > /dev/null 2>> "$work/setup.log"
+  python3 "$root/scripts/request_bodies.py" "$work/examples.jsonl" > "$work/bodies.jsonl"
 }
 
 start_server() {

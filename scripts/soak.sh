@@ -24,11 +24,7 @@ work_dir arc-rec-soak
 out="${SOAK_OUT:-$work}"
 mkdir -p "$out"
 
-"$arc_rec" simulate --seed 7 --outcomes 2000 --orgs acme > /dev/null 2> "$work/setup.log"
-hold_cluster
-"$arc_rec" cluster > /dev/null 2>> "$work/setup.log"
-"$arc_rec" export --out "$work/examples.jsonl" > /dev/null 2>> "$work/setup.log"
-python3 "$root/scripts/request_bodies.py" "$work/examples.jsonl" > "$work/bodies.jsonl"
+small_world
 # Trajectories of another world, as the platform would post them: its users, scenarios and
 # configurations ingested first, then one body per simulation run (the simulation, its outcomes
 # and their failure patterns, stored together), re-posted round-robin; each body holds what it
