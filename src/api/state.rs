@@ -16,7 +16,7 @@ use crate::recommend::service::Serving;
 pub struct AppState {
     pub pool: PgPool,
     /// Analyst queries' own pool (`storage::analytics_pool`): they never take serving's
-    /// connections.
+    /// connections, and take at most one database backend.
     pub analytics_pool: PgPool,
     pub keys: KeyCache,
     pub metrics: telemetry::Metrics,

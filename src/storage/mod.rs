@@ -75,11 +75,10 @@ pub fn analytics_pool(connect: &PgConnectOptions) -> PgPool {
     PgPoolOptions::new()
         .max_connections(ANALYTICS_CONNECTIONS)
         .acquire_timeout(ACQUIRE_TIMEOUT)
-        .connect_lazy_with(
-            connect
-                .clone()
-                .options([("statement_timeout", ANALYTICS_STATEMENT_TIMEOUT)]),
-        )
+        .connect_lazy_with(connect.clone().options([
+            ("statement_timeout", ANALYTICS_STATEMENT_TIMEOUT),
+            ("max_parallel_workers_per_gather", "0"),
+        ]))
 }
 
 /// Whether a sqlx error means the server is out of reach: no connection to be had in time,
@@ -131,10 +130,13 @@ pub async fn pending_migrations(pool: &PgPool) -> Result<Vec<i64>, StorageError>
 /// database is down, requests fail within this bound instead of queueing.
 pub const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// Connections analyst queries may hold at once, in a pool of their own: a query aggregating
-/// the whole decision log costs seconds on a large log, and without a bulkhead a few analysts
-/// took every connection and CPU serving needed (`scripts/soak.sh` at 15 queries/s).
-pub const ANALYTICS_CONNECTIONS: u32 = 2;
+/// Connections analyst queries may hold at once, in a pool of their own, each without parallel
+/// workers, so analytics take at most one backend (one core) of the database: a query
+/// aggregating the whole decision log costs seconds on a large log, and without a bulkhead a
+/// few analysts took every connection and the CPU serving needed (`scripts/soak.sh`: at 15
+/// queries/s serving stalled within two minutes; with two connections that could each run
+/// parallel workers, serving's p99 still reached 2.4 s on 2 cores).
+pub const ANALYTICS_CONNECTIONS: u32 = 1;
 
 /// Longest an analyst query may run before Postgres cancels it (answered 503).
 pub const ANALYTICS_STATEMENT_TIMEOUT: &str = "30s";
@@ -256,8 +258,9 @@ impl Database {
         &self.pool
     }
 
-    /// A pool of its own for analyst queries: [`ANALYTICS_CONNECTIONS`] connections, each
-    /// statement cancelled after [`ANALYTICS_STATEMENT_TIMEOUT`]. Connects on first use.
+    /// A pool of its own for analyst queries: [`ANALYTICS_CONNECTIONS`] connections without
+    /// parallel workers, each statement cancelled after [`ANALYTICS_STATEMENT_TIMEOUT`].
+    /// Connects on first use.
     pub fn analytics_pool(&self) -> PgPool {
         analytics_pool(&self.connect)
     }

@@ -186,7 +186,8 @@ async fn an_exhausted_pool_answers_503_after_the_acquire_timeout() {
 }
 
 /// Analyst queries run in a pool of their own (a bulkhead): with every serving connection
-/// taken they still answer; that pool holds two connections, and a statement past its timeout
+/// taken they still answer; that pool holds one connection without parallel workers, and a
+/// statement past its timeout
 /// is cancelled and counted as "unavailable" (503), not as a server error.
 #[tokio::test]
 async fn analyst_queries_have_a_pool_of_their_own_with_a_statement_timeout() {
@@ -217,6 +218,11 @@ async fn analyst_queries_have_a_pool_of_their_own_with_a_statement_timeout() {
         .await
         .unwrap();
     assert_eq!(timeout, arc_rec::storage::ANALYTICS_STATEMENT_TIMEOUT);
+    let workers: String = sqlx::query_scalar("SHOW max_parallel_workers_per_gather")
+        .fetch_one(&analytics)
+        .await
+        .unwrap();
+    assert_eq!(workers, "0");
     let mut connection = analytics.acquire().await.unwrap();
     sqlx::query("SET statement_timeout = '50ms'")
         .execute(&mut *connection)
