@@ -242,21 +242,17 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
     for i in 0..total {
         let scheduled = start + interval.mul_f64(i as f64);
         tokio::time::sleep_until(scheduled.into()).await;
-        let Ok(permit) = in_flight.clone().try_acquire_owned() else {
-            let _ = tx.send((
-                i,
-                Answer {
-                    endpoint: args.mix.as_ref().map_or(Endpoint::Recommendations, |m| {
-                        m.cycle[(i as usize) % m.cycle.len()]
-                    }),
-                    ..Answer::default()
-                },
-            ));
-            continue;
-        };
         let mut endpoint = args.mix.as_ref().map_or(Endpoint::Recommendations, |m| {
             m.cycle[(i as usize) % m.cycle.len()]
         });
+        let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+            let answer = Answer {
+                endpoint,
+                ..Answer::default()
+            };
+            let _ = tx.send((i, answer));
+            continue;
+        };
         let answered = (endpoint == Endpoint::Feedback)
             .then(|| waiting.lock().ok().and_then(|mut w| w.pop_front()))
             .flatten();
