@@ -180,6 +180,7 @@ BEGIN
   END LOOP;
 END
 \$\$;
+SELECT arc_rec_recount_acceptance();
 ANALYZE;
 SQL
   logged=$(sql -c "SELECT count(*) FROM decision_log")

@@ -108,7 +108,9 @@ pub async fn run(
     tracing::info!(listen = %args.listen, port = app.port(), workers, "serving");
     eprintln!("arc-rec listening on {} (port {})", args.listen, app.port());
     let server = tokio::spawn(app.run_until_stopped());
+    let folding = tokio::spawn(fold_acceptance_counts(database.pool().clone()));
     shutdown_signal().await;
+    folding.abort();
     tracing::info!("shutting down: draining in-flight requests");
     handle.stop(true).await;
     server
@@ -121,6 +123,36 @@ pub async fn run(
         Err(err) => tracing::warn!(error = %err, "cannot store bandit snapshots at shutdown"),
     }
     Ok(())
+}
+
+/// How often the acceptance deltas written by serving are folded into the counts analysts read.
+const FOLD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Folds acceptance deltas into `acceptance_counts` every [`FOLD_INTERVAL`] (sql/0015), so
+/// analyst queries sum a few rows per group and day whatever the traffic. Readers add the
+/// pending deltas, so a late or failed fold makes queries slower, never wrong.
+async fn fold_acceptance_counts(pool: sqlx::PgPool) {
+    let mut ticks = tokio::time::interval(FOLD_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        ticks.tick().await;
+        match crate::storage::analytics::compact_acceptance(&pool).await {
+            Ok(folded) => {
+                if failing {
+                    tracing::info!("acceptance counts are folded again");
+                }
+                failing = false;
+                tracing::debug!(folded, "acceptance deltas folded");
+            }
+            // Logged once per run of failures (the database may be down for a while).
+            Err(err) if !failing => {
+                failing = true;
+                tracing::warn!(error = %err, "cannot fold acceptance deltas; will retry");
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -21,7 +21,7 @@ pub enum GroupBy {
 }
 
 impl GroupBy {
-    /// The column of `analyst_shown_recommendations` holding the key.
+    /// The column of `analyst_acceptance_counts` holding the key.
     fn column(self) -> &'static str {
         match self {
             GroupBy::Cluster => "cluster_id",
@@ -43,7 +43,8 @@ pub struct AcceptanceCount {
 }
 
 /// Acceptance counts of `org`'s shown recommendations by `group_by`, for days in
-/// `[since, until)`, most shown first.
+/// `[since, until)`, most shown first. Read from the counts kept as decisions and answers are
+/// written (sql/0015), so its cost grows with days × groups, not with the log.
 pub async fn acceptance(
     pool: &PgPool,
     org: &str,
@@ -53,8 +54,8 @@ pub async fn acceptance(
 ) -> Result<Vec<AcceptanceCount>, StorageError> {
     // The column comes from a closed enum, never from the client's text.
     let sql = format!(
-        "SELECT {col} AS key, count(*) AS shown, count(*) FILTER (WHERE accepted) AS accepted
-         FROM analyst_shown_recommendations
+        "SELECT {col} AS key, sum(shown)::bigint AS shown, sum(accepted)::bigint AS accepted
+         FROM analyst_acceptance_counts
          WHERE org_id = $1 AND ($2::date IS NULL OR day >= $2) AND ($3::date IS NULL OR day < $3)
          GROUP BY 1 ORDER BY shown DESC, key",
         col = group_by.column()
@@ -78,6 +79,15 @@ pub struct LoggedTop {
     pub recommendation_id: String,
     pub propensity: f64,
     pub accepted: bool,
+}
+
+/// Folds the acceptance deltas written since the last call into `acceptance_counts` (sql/0015);
+/// returns how many delta rows were folded (0 while another replica is folding).
+pub async fn compact_acceptance(pool: &PgPool) -> Result<i64, StorageError> {
+    sqlx::query_scalar("SELECT arc_rec_compact_acceptance()")
+        .fetch_one(pool)
+        .await
+        .context("fold acceptance deltas")
 }
 
 /// Most decisions one off-policy evaluation reads (the newest).

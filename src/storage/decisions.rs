@@ -140,9 +140,10 @@ pub async fn insert_decisions(
             })
         })
         .collect();
-    // One statement, so one round trip and one implicit transaction: both inserts commit
+    // One statement, so one round trip and one implicit transaction: the inserts commit
     // together (a data-modifying CTE always runs to completion). This is the only writer of
-    // decision_items, which is why the items need no foreign key to the log (sql/0008).
+    // decision_items, which is why the items need no foreign key to the log (sql/0008), and it
+    // counts what it shows in `acceptance_deltas` (sql/0015) in the same statement.
     sqlx::query(
         "WITH logged AS (
              INSERT INTO decision_log (org_id, event_id, created_at, policy_version, seed, cluster_id,
@@ -155,6 +156,16 @@ pub async fn insert_decisions(
                   policy_version text, seed bigint, cluster_id text, context jsonb,
                   context_embedding real[], candidate_set bytea,
                   context_features real[], user_role text, domain text, capped_versions text[])
+         ), counted AS (
+             INSERT INTO acceptance_deltas
+             SELECT l.org_id, (l.created_at AT TIME ZONE 'UTC')::date, coalesce(l.cluster_id, 'unassigned'),
+                    i.recommendation_type, coalesce(i.model_provider, 'unknown'), l.policy_version,
+                    arc_rec_source_key(i.model_version_id, i.source, NULL), count(*), 0
+             FROM jsonb_to_recordset($2) AS i(org_id text, event_id uuid, recommendation_type text,
+                  model_provider text, source text, model_version_id text)
+             JOIN jsonb_to_recordset($1) AS l(org_id text, event_id uuid, created_at timestamptz,
+                  cluster_id text, policy_version text) USING (org_id, event_id)
+             GROUP BY 1, 2, 3, 4, 5, 6, 7
          )
          INSERT INTO decision_items (org_id, event_id, recommendation_id, position, recommendation_type,
                                      model_provider, diff, score, propensity, candidate_features,

@@ -499,6 +499,109 @@ async fn analytics_over_served_decisions() {
     );
 }
 
+/// The acceptance counts analysts read (kept as decisions and answers are written, folded by
+/// `arc_rec_compact_acceptance`) equal a hand-written count over the row-level view for every
+/// grouping, with answers about the same items arriving at once (an `accepted` and an `applied`
+/// about one item is one acceptance) and two folds racing them.
+#[tokio::test]
+async fn acceptance_counts_equal_the_row_level_truth_under_concurrent_answers() {
+    use arc_rec::storage::analytics::{self, GroupBy};
+    let app = with_contract_data().await;
+    let mut answers = Vec::new();
+    for i in 0..12 {
+        let body = recommend_contract(&app).await;
+        let item = |position: usize| body["recommendations"][position]["recommendation_id"].clone();
+        let event = body["event_id"].clone();
+        // Item 0: accepted and applied at once; item 1: rejected then (maybe) accepted; item 2
+        // of every third decision: applied only.
+        answers
+            .push(json!({"event_id": event, "recommendation_id": item(0), "outcome": "accepted"}));
+        answers
+            .push(json!({"event_id": event, "recommendation_id": item(0), "outcome": "applied"}));
+        answers
+            .push(json!({"event_id": event, "recommendation_id": item(1), "outcome": "rejected"}));
+        if i % 2 == 0 {
+            answers.push(
+                json!({"event_id": event, "recommendation_id": item(1), "outcome": "accepted"}),
+            );
+        }
+        if i % 3 == 0 {
+            answers.push(
+                json!({"event_id": event, "recommendation_id": item(2), "outcome": "applied"}),
+            );
+        }
+    }
+    let app = &app;
+    let sends = answers.iter().map(|feedback| async move {
+        let status = app
+            .post("/v1/feedback", Some(&app.platform_key), feedback)
+            .await
+            .status();
+        assert_eq!(status, 201, "{feedback}");
+    });
+    let folds = (0..2).map(|_| async move {
+        for _ in 0..5 {
+            analytics::compact_acceptance(app.db.pool()).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    futures_util::future::join(
+        futures_util::future::join_all(sends),
+        futures_util::future::join_all(folds),
+    )
+    .await;
+
+    let check = || async {
+        for (group_by, column) in [
+            (GroupBy::Cluster, "cluster_id"),
+            (GroupBy::Type, "recommendation_type"),
+            (GroupBy::Provider, "model_provider"),
+            (GroupBy::PolicyVersion, "policy_version"),
+            (GroupBy::Source, "source_key"),
+            (GroupBy::Day, "day::text"),
+        ] {
+            let truth: Vec<(String, i64, i64)> = sqlx::query_as(&format!(
+                "SELECT {column}, count(*), count(*) FILTER (WHERE accepted)
+                 FROM analyst_shown_recommendations WHERE org_id = 'acme'
+                 GROUP BY 1 ORDER BY 2 DESC, 1"
+            ))
+            .fetch_all(app.db.pool())
+            .await
+            .unwrap();
+            let counted: Vec<(String, i64, i64)> =
+                analytics::acceptance(app.db.pool(), "acme", group_by, None, None)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|c| (c.key, c.shown, c.accepted))
+                    .collect();
+            assert_eq!(counted, truth, "{group_by:?}");
+        }
+    };
+    check().await;
+    let accepted: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM analyst_shown_recommendations WHERE org_id = 'acme' AND accepted",
+    )
+    .fetch_one(app.db.pool())
+    .await
+    .unwrap();
+    assert_eq!(accepted, 12 + 6 + 4, "the answers were not all stored");
+    // Everything folded: the same numbers from acceptance_counts alone.
+    analytics::compact_acceptance(app.db.pool()).await.unwrap();
+    let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM acceptance_deltas")
+        .fetch_one(app.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(pending, 0);
+    check().await;
+    // A recount from the rows changes nothing.
+    sqlx::query("SELECT arc_rec_recount_acceptance()")
+        .execute(app.db.pool())
+        .await
+        .unwrap();
+    check().await;
+}
+
 /// A model candidate stored with the learned grader's prior enters at that prior (ahead of every
 /// heuristic candidate, which no feedback has priced yet), is logged with its source and prior,
 /// and then moves with feedback as any other candidate: rejections pull it down (the learner
