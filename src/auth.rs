@@ -13,6 +13,7 @@ use sqlx::PgPool;
 use subtle::ConstantTimeEq;
 
 use crate::domain::OrgId;
+use crate::quota::DailyQuota;
 use crate::rate_limit::RateLimit;
 use crate::storage::{StorageError, api_keys};
 
@@ -67,13 +68,19 @@ impl Role {
     }
 }
 
-/// The limit of each role's keys (`None`: unlimited), unless a key has its own.
+/// A setting of each role's keys (`None`: none, i.e. unlimited), unless a key has its own: the
+/// request rate limit ([`RoleRateLimits`]) and the daily quota ([`RoleQuotas`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RoleRateLimits {
-    pub platform: Option<RateLimit>,
-    pub analyst: Option<RateLimit>,
-    pub admin: Option<RateLimit>,
+pub struct PerRole<T> {
+    pub platform: Option<T>,
+    pub analyst: Option<T>,
+    pub admin: Option<T>,
 }
+
+/// Each role's request rate limit.
+pub type RoleRateLimits = PerRole<RateLimit>;
+/// Each role's daily request quota.
+pub type RoleQuotas = PerRole<DailyQuota>;
 
 impl Default for RoleRateLimits {
     /// The platform sends every evaluation's recommendation and feedback requests, so its keys
@@ -96,9 +103,20 @@ impl Default for RoleRateLimits {
     }
 }
 
-impl RoleRateLimits {
-    /// The default limit of `role`'s keys.
-    pub fn of(&self, role: Role) -> Option<RateLimit> {
+impl Default for RoleQuotas {
+    /// No quota: a deployment that bills or rations requests sets one per role or per key.
+    fn default() -> Self {
+        Self {
+            platform: None,
+            analyst: None,
+            admin: None,
+        }
+    }
+}
+
+impl<T: Copy> PerRole<T> {
+    /// The setting of `role`'s keys.
+    pub fn of(&self, role: Role) -> Option<T> {
         match role {
             Role::Platform => self.platform,
             Role::Analyst => self.analyst,
@@ -106,40 +124,66 @@ impl RoleRateLimits {
         }
     }
 
-    /// Applies one `ROLE=RATE/BURST` or `ROLE=off` setting (`serve --rate-limit`).
-    pub fn apply(&mut self, setting: &RoleRateLimit) {
+    /// Applies one `ROLE=VALUE` or `ROLE=off` setting (`serve --rate-limit`, `--daily-quota`).
+    pub fn apply(&mut self, setting: &RoleSetting<T>) {
         let slot = match setting.role {
             Role::Platform => &mut self.platform,
             Role::Analyst => &mut self.analyst,
             Role::Admin => &mut self.admin,
         };
-        *slot = setting.limit;
+        *slot = setting.value;
     }
 }
 
-/// One role's limit as `serve --rate-limit` reads it: `ROLE=RATE/BURST` or `ROLE=off`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RoleRateLimit {
-    pub role: Role,
-    pub limit: Option<RateLimit>,
+/// A value a role's setting takes on the command line, and how it reads.
+pub trait RoleSettingValue: FromStr<Err = String> {
+    /// The form of the value, for errors (e.g. `RATE/BURST`).
+    const FORM: &'static str;
 }
 
-impl FromStr for RoleRateLimit {
+impl RoleSettingValue for RateLimit {
+    const FORM: &'static str = "RATE/BURST";
+}
+
+impl RoleSettingValue for DailyQuota {
+    const FORM: &'static str = "REQUESTS";
+}
+
+/// One role's setting as `serve` reads it: `ROLE=VALUE` or `ROLE=off`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoleSetting<T> {
+    pub role: Role,
+    pub value: Option<T>,
+}
+
+/// `serve --rate-limit ROLE=RATE/BURST|off`.
+pub type RoleRateLimit = RoleSetting<RateLimit>;
+/// `serve --daily-quota ROLE=REQUESTS|off`.
+pub type RoleQuota = RoleSetting<DailyQuota>;
+
+impl<T: RoleSettingValue> FromStr for RoleSetting<T> {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        let (role, limit) = text
+        let (role, value) = text
             .split_once('=')
-            .ok_or_else(|| format!("{text:?}: expected ROLE=RATE/BURST or ROLE=off"))?;
+            .ok_or_else(|| format!("{text:?}: expected ROLE={} or ROLE=off", T::FORM))?;
         let role = Role::parse(role.trim()).ok_or_else(|| {
             format!("{text:?}: unknown role {role:?} (platform, analyst or admin)")
         })?;
-        let limit = match limit.trim() {
+        let value = match value.trim() {
             "off" => None,
-            limit => Some(limit.parse()?),
+            value => Some(value.parse()?),
         };
-        Ok(Self { role, limit })
+        Ok(Self { role, value })
     }
+}
+
+/// A key's own limits, set when it is created (`arc-rec keys create`); `None`: its role's.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct KeyLimits {
+    pub rate_limit: Option<RateLimit>,
+    pub daily_quota: Option<DailyQuota>,
 }
 
 /// Who a request is, once its key checked out.
@@ -150,6 +194,8 @@ pub struct Principal {
     pub key_id: String,
     /// The key's own rate limit, where `arc-rec keys` set one (else its role's applies).
     pub rate_limit: Option<RateLimit>,
+    /// The key's own daily quota, where `arc-rec keys` set one (else its role's applies).
+    pub daily_quota: Option<DailyQuota>,
 }
 
 /// A freshly created key; `token` is shown once and never again.
@@ -180,7 +226,7 @@ pub async fn create_key(
     org: &OrgId,
     role: Role,
     label: Option<&str>,
-    rate_limit: Option<RateLimit>,
+    limits: KeyLimits,
 ) -> Result<NewKey, StorageError> {
     let mut rng = rand::rng();
     let mut id = [0u8; 8];
@@ -196,7 +242,10 @@ pub async fn create_key(
         &sha256_hex(&secret),
         role.as_str(),
         label,
-        rate_limit.map(stored_rate_limit),
+        api_keys::StoredLimits {
+            rate_limit: limits.rate_limit.map(stored_rate_limit),
+            daily_quota: limits.daily_quota.map(stored_daily_quota),
+        },
     )
     .await?;
     Ok(NewKey {
@@ -211,6 +260,17 @@ pub fn stored_rate_limit(limit: RateLimit) -> (f64, i32) {
         limit.per_second,
         i32::try_from(limit.burst).unwrap_or(i32::MAX),
     )
+}
+
+/// A daily quota as `api_keys` stores it (saturating at the column's range).
+pub fn stored_daily_quota(quota: DailyQuota) -> i64 {
+    i64::try_from(quota.0).unwrap_or(i64::MAX)
+}
+
+/// A key's own daily quota from its `api_keys` column: `None` when it has none (or, against the
+/// table's check, an invalid one: the role's applies).
+pub fn daily_quota_of_stored(daily_quota: Option<i64>) -> Option<DailyQuota> {
+    DailyQuota::new(u64::try_from(daily_quota?).ok()?).ok()
 }
 
 /// A key's own rate limit from its `api_keys` columns: `None` when it has none. The table's
@@ -290,6 +350,7 @@ impl KeyCache {
             org,
             role,
             rate_limit: rate_limit_of_stored(stored.rate_per_second, stored.burst),
+            daily_quota: daily_quota_of_stored(stored.daily_quota),
             key_id: stored.key_id,
         })
     }
@@ -302,7 +363,7 @@ mod tests {
     #[test]
     fn role_rate_limits_parse_and_apply() {
         let setting: RoleRateLimit = "analyst=off".parse().unwrap();
-        assert_eq!(setting.limit, None);
+        assert_eq!(setting.value, None);
         let error = "robot=5/5".parse::<RoleRateLimit>().unwrap_err();
         assert!(error.contains("unknown role"), "{error}");
         let mut limits = RoleRateLimits::default();
@@ -313,6 +374,14 @@ mod tests {
         );
         limits.apply(&setting);
         assert_eq!(limits.of(Role::Analyst), None);
+        let mut quotas = RoleQuotas::default();
+        assert_eq!(quotas.of(Role::Platform), None);
+        quotas.apply(&"platform=5000".parse().unwrap());
+        assert_eq!(quotas.of(Role::Platform), Some(DailyQuota(5000)));
+        let error = "admin=0".parse::<RoleQuota>().unwrap_err();
+        assert!(error.contains("at least 1"), "{error}");
+        let error = "admin".parse::<RoleQuota>().unwrap_err();
+        assert!(error.contains("ROLE=REQUESTS"), "{error}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod export;
 pub mod ingest;
 pub mod plot;
 pub mod progress;
+pub mod quota;
 pub mod rate_limit;
 pub mod recommend;
 pub mod rft;

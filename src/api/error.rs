@@ -45,6 +45,14 @@ pub enum ApiError {
     /// The key sent more requests than its rate limit allows; retry after the wait.
     #[error("rate limit exceeded for this key; retry in {} s", retry_after_seconds(*.retry_after))]
     RateLimited { retry_after: std::time::Duration },
+    /// The key used up its daily quota; it starts again at the next UTC midnight.
+    #[error(
+        "daily quota of {quota} requests used up for this key; it starts again in {retry_after_seconds} s (00:00 UTC)"
+    )]
+    QuotaExceeded {
+        quota: u64,
+        retry_after_seconds: u64,
+    },
     /// Handling took longer than the server's limit.
     #[error("the request took longer than {} s to handle", .0.as_secs_f64())]
     HandlingTimeout(std::time::Duration),
@@ -108,6 +116,7 @@ impl ApiError {
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::QuotaExceeded { .. } => "quota_exceeded",
             ApiError::HandlingTimeout(_) => "handling_timeout",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal",
@@ -151,7 +160,9 @@ impl ResponseError for ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited { .. } | ApiError::QuotaExceeded { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::HandlingTimeout(_) | ApiError::Unavailable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -184,6 +195,13 @@ impl ResponseError for ApiError {
                     actix_web::http::header::RETRY_AFTER,
                     retry_after_seconds(*retry_after),
                 ));
+            }
+            ApiError::QuotaExceeded {
+                retry_after_seconds,
+                ..
+            } => {
+                response
+                    .insert_header((actix_web::http::header::RETRY_AFTER, *retry_after_seconds));
             }
             ApiError::MethodNotAllowed { allowed, .. } => {
                 response.insert_header((actix_web::http::header::ALLOW, allowed.join(", ")));

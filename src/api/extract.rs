@@ -1,5 +1,5 @@
 //! The authenticated-caller extractor: `Authorization: Bearer arc_<id>_<secret>`, then the
-//! key's request rate limit.
+//! key's request rate limit and daily quota.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,6 +11,8 @@ use actix_web::{FromRequest, HttpRequest, web};
 use super::error::ApiError;
 use super::state::AppState;
 use crate::auth::{Permission, Principal};
+use crate::quota::{Admission, DailyQuota, seconds_to_next_day};
+use crate::storage::api_keys;
 
 /// The caller, authenticated. Handlers then check a permission with [`Caller::require`].
 #[derive(Debug, Clone)]
@@ -53,7 +55,42 @@ impl FromRequest for Caller {
                     .admit(&principal.key_id, limit, Instant::now())
                     .map_err(|wait| ApiError::RateLimited { retry_after: wait })?;
             }
+            if let Some(quota) = principal
+                .daily_quota
+                .or_else(|| state.quotas.of(principal.role))
+            {
+                admit_within_quota(&state, &principal, quota).await?;
+            }
             Ok(Caller(principal))
         })
+    }
+}
+
+/// Counts one request against the key's daily quota, reading the key's stored usage first when
+/// this server has not seen the key today.
+async fn admit_within_quota(
+    state: &AppState,
+    principal: &Principal,
+    quota: DailyQuota,
+) -> Result<(), ApiError> {
+    let now = chrono::Utc::now();
+    let today = now.date_naive();
+    let mut admission = state.quota_ledger.admit(&principal.key_id, quota, today);
+    if admission == Admission::Unknown {
+        let stored = api_keys::usage_on(&state.pool, &principal.key_id, today).await?;
+        state.quota_ledger.seed(
+            principal.org.as_str(),
+            &principal.key_id,
+            today,
+            u64::try_from(stored).unwrap_or(0),
+        );
+        admission = state.quota_ledger.admit(&principal.key_id, quota, today);
+    }
+    match admission {
+        Admission::Admitted | Admission::Unknown => Ok(()),
+        Admission::Exhausted => Err(ApiError::QuotaExceeded {
+            quota: quota.0,
+            retry_after_seconds: seconds_to_next_day(now),
+        }),
     }
 }

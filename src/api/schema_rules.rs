@@ -108,7 +108,7 @@ pub fn refine(document: &mut Value) -> Vec<&'static str> {
 }
 
 /// What every keyed `/v1` operation may answer whatever its handler: 429 over the key's rate
-/// limit (with `Retry-After`), 503 when the database is unreachable or handling outlasts its
+/// limit or daily quota (with `Retry-After`), 503 when the database is unreachable or handling outlasts its
 /// limit, and for those with a body 400, 413 and 415. Written here, so a new route cannot
 /// forget them.
 fn answers_of_every_keyed_operation(has_body: bool) -> Vec<(&'static str, Value)> {
@@ -118,8 +118,9 @@ fn answers_of_every_keyed_operation(has_body: bool) -> Vec<(&'static str, Value)
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
         })
     };
-    let mut rate_limited =
-        error("The key's request rate limit is exceeded; retry after `Retry-After` seconds");
+    let mut rate_limited = error(
+        "The key's request rate limit (`rate_limited`) or daily quota (`quota_exceeded`) is exceeded; retry after `Retry-After` seconds",
+    );
     rate_limited["headers"] = json!({"Retry-After": {
         "description": "Whole seconds to wait before the key is admitted again",
         "schema": {"type": "integer", "minimum": 1}

@@ -1,5 +1,5 @@
 //! What every handler can reach: the database, the key cache, metrics and limits (body size,
-//! handling time, request rates).
+//! handling time, request rates, daily quotas).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +7,8 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::api::request_schemas::RequestSchemas;
-use crate::auth::{KeyCache, RoleRateLimits};
+use crate::auth::{KeyCache, RoleQuotas, RoleRateLimits};
+use crate::quota::QuotaLedger;
 use crate::rate_limit::RateLimiter;
 use crate::recommend::service::Serving;
 
@@ -28,6 +29,10 @@ pub struct AppState {
     pub rate_limits: RoleRateLimits,
     /// The keys' request buckets.
     pub limiter: RateLimiter,
+    /// Each role's daily quota (a key's own, where set, wins).
+    pub quotas: RoleQuotas,
+    /// The keys' requests today, shared with the task that stores them (`commands::serve`).
+    pub quota_ledger: Arc<QuotaLedger>,
     /// Each operation's request body schema, from the served OpenAPI document.
     pub request_schemas: &'static RequestSchemas,
     /// Candidates, cluster models and bandit policies per organization.

@@ -108,7 +108,7 @@ pub async fn run(args: &BenchServeArgs, database: &Database) -> anyhow::Result<(
         &org,
         crate::auth::Role::Platform,
         Some("bench serve"),
-        None,
+        Default::default(),
     )
     .await?;
 

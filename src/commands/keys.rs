@@ -1,9 +1,13 @@
-//! `arc-rec keys`: create, list and revoke API keys.
+//! `arc-rec keys`: create, list and revoke API keys, and set a key's own limits.
 
 use clap::{Args, Subcommand};
 
-use crate::auth::{Role, create_key, rate_limit_of_stored, stored_rate_limit};
+use crate::auth::{
+    KeyLimits, Role, create_key, daily_quota_of_stored, rate_limit_of_stored, stored_daily_quota,
+    stored_rate_limit,
+};
 use crate::domain::OrgId;
+use crate::quota::DailyQuota;
 use crate::rate_limit::RateLimit;
 use crate::storage::{Database, api_keys};
 
@@ -32,6 +36,19 @@ pub enum KeysCommand {
         #[arg(long, value_parser = parse_key_rate_limit)]
         rate_limit: KeyRateLimit,
     },
+    /// Set or clear a key's own daily request quota (takes effect within 30 seconds on running
+    /// servers; without one, the key gets its role's, `serve --daily-quota`).
+    SetQuota {
+        /// Organization id.
+        #[arg(long)]
+        org: String,
+        /// The key id (the 16 hex digits after `arc_`).
+        #[arg(long)]
+        key_id: String,
+        /// Requests per UTC day, e.g. 100000, or `default` for the role's quota.
+        #[arg(long, value_parser = parse_key_quota)]
+        daily_quota: KeyQuota,
+    },
     /// Revoke a key (takes effect within 30 seconds on running servers).
     Revoke {
         /// Organization id.
@@ -59,6 +76,10 @@ pub struct CreateKeyArgs {
     /// 50/100, instead of its role's (`serve --rate-limit`).
     #[arg(long)]
     pub rate_limit: Option<RateLimit>,
+    /// The key's own daily request quota (requests per UTC day), instead of its role's
+    /// (`serve --daily-quota`).
+    #[arg(long)]
+    pub daily_quota: Option<DailyQuota>,
 }
 
 /// `keys set-rate-limit --rate-limit`: a key's own limit, or back to its role's.
@@ -76,6 +97,21 @@ fn parse_key_rate_limit(text: &str) -> Result<KeyRateLimit, String> {
     }
 }
 
+/// `keys set-quota --daily-quota`: a key's own quota, or back to its role's.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyQuota {
+    Own(DailyQuota),
+    RoleDefault,
+}
+
+fn parse_key_quota(text: &str) -> Result<KeyQuota, String> {
+    if text.trim() == "default" {
+        Ok(KeyQuota::RoleDefault)
+    } else {
+        text.parse().map(KeyQuota::Own)
+    }
+}
+
 fn parse_org(raw: &str) -> anyhow::Result<OrgId> {
     OrgId::parse(raw).map_err(|m| anyhow::anyhow!("--org: {m}"))
 }
@@ -90,7 +126,10 @@ pub async fn run(command: &KeysCommand, database: &Database) -> anyhow::Result<(
                 &org,
                 args.role,
                 args.label.as_deref(),
-                args.rate_limit,
+                KeyLimits {
+                    rate_limit: args.rate_limit,
+                    daily_quota: args.daily_quota,
+                },
             )
             .await?;
             eprintln!(
@@ -103,18 +142,27 @@ pub async fn run(command: &KeysCommand, database: &Database) -> anyhow::Result<(
         KeysCommand::List { org } => {
             let org = parse_org(org)?;
             println!(
-                "{:<18} {:<10} {:<26} {:<8} {:<14} label",
-                "key_id", "role", "created_at", "revoked", "rate_limit"
+                "{:<18} {:<10} {:<26} {:<8} {:<14} {:<14} {:<14} label",
+                "key_id",
+                "role",
+                "created_at",
+                "revoked",
+                "rate_limit",
+                "daily_quota",
+                "used_today"
             );
             for key in api_keys::list(database.pool(), org.as_str()).await? {
                 let created = key.created_at.format("%Y-%m-%dT%H:%M:%SZ").to_string();
                 let limit = rate_limit_of_stored(key.rate_per_second, key.burst)
                     .map_or_else(|| "role".to_owned(), |limit| limit.to_string());
+                let quota = daily_quota_of_stored(key.daily_quota)
+                    .map_or_else(|| "role".to_owned(), |quota| quota.to_string());
                 println!(
-                    "{:<18} {:<10} {created:<26} {:<8} {limit:<14} {}",
+                    "{:<18} {:<10} {created:<26} {:<8} {limit:<14} {quota:<14} {:<14} {}",
                     key.key_id,
                     key.role,
                     key.revoked,
+                    key.requests_today,
                     key.label.unwrap_or_default()
                 );
             }
@@ -135,6 +183,24 @@ pub async fn run(command: &KeysCommand, database: &Database) -> anyhow::Result<(
             match rate_limit {
                 KeyRateLimit::Own(limit) => println!("{key_id}: rate limit {limit}"),
                 KeyRateLimit::RoleDefault => println!("{key_id}: its role's rate limit"),
+            }
+        }
+        KeysCommand::SetQuota {
+            org,
+            key_id,
+            daily_quota,
+        } => {
+            let org = parse_org(org)?;
+            let stored = match daily_quota {
+                KeyQuota::Own(quota) => Some(stored_daily_quota(*quota)),
+                KeyQuota::RoleDefault => None,
+            };
+            if !api_keys::set_daily_quota(database.pool(), org.as_str(), key_id, stored).await? {
+                anyhow::bail!("no active key {key_id} in organization {org}");
+            }
+            match daily_quota {
+                KeyQuota::Own(quota) => println!("{key_id}: daily quota {quota}"),
+                KeyQuota::RoleDefault => println!("{key_id}: its role's daily quota"),
             }
         }
         KeysCommand::Revoke { org, key_id } => {

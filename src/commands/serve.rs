@@ -6,10 +6,11 @@ use clap::Args;
 use crate::api::request_schemas::RequestSchemas;
 use crate::api::state::AppState;
 use crate::api::{Application, DEFAULT_BODY_LIMIT, DEFAULT_HANDLING_TIMEOUT, ServerSettings};
-use crate::auth::{KeyCache, RoleRateLimit, RoleRateLimits};
+use crate::auth::{KeyCache, RoleQuota, RoleQuotas, RoleRateLimit, RoleRateLimits};
+use crate::quota::QuotaLedger;
 use crate::recommend::exposure::ExposureCap;
 use crate::recommend::service::{Serving, ServingOptions};
-use crate::storage::Database;
+use crate::storage::{Database, api_keys};
 
 /// Arguments of `arc-rec serve`.
 #[derive(Debug, Args)]
@@ -37,6 +38,12 @@ pub struct ServeArgs {
     /// Retry-After. Each replica limits on its own.
     #[arg(long = "rate-limit", value_name = "ROLE=RATE/BURST")]
     pub rate_limits: Vec<RoleRateLimit>,
+    /// A role's daily request quota per key, ROLE=REQUESTS (per UTC day) or ROLE=off; repeat
+    /// for each role. Default: off for every role. A key's own quota (`keys set-quota`) wins.
+    /// Over it: 429 `quota_exceeded` with Retry-After to the next 00:00 UTC. Replicas share the
+    /// count through the database (each adds its requests every second).
+    #[arg(long = "daily-quota", value_name = "ROLE=REQUESTS")]
+    pub daily_quotas: Vec<RoleQuota>,
     /// Seconds a request may take to handle before it is answered 503 (nothing it was writing
     /// was acknowledged).
     #[arg(long, default_value_t = DEFAULT_HANDLING_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
@@ -86,6 +93,11 @@ pub async fn run(
     for setting in &args.rate_limits {
         rate_limits.apply(setting);
     }
+    let mut quotas = RoleQuotas::default();
+    for setting in &args.daily_quotas {
+        quotas.apply(setting);
+    }
+    let quota_ledger = std::sync::Arc::new(QuotaLedger::default());
     let state = AppState {
         serving: serving.clone(),
         pool: database.pool().clone(),
@@ -96,6 +108,8 @@ pub async fn run(
         handling_timeout: std::time::Duration::from_secs_f64(args.handling_timeout),
         rate_limits,
         limiter: Default::default(),
+        quotas,
+        quota_ledger: quota_ledger.clone(),
         request_schemas: RequestSchemas::served().map_err(anyhow::Error::msg)?,
     };
     let settings = ServerSettings {
@@ -109,14 +123,23 @@ pub async fn run(
     eprintln!("arc-rec listening on {} (port {})", args.listen, app.port());
     let server = tokio::spawn(app.run_until_stopped());
     let folding = tokio::spawn(fold_acceptance_counts(database.pool().clone()));
+    let usage = tokio::spawn(store_quota_usage(
+        database.pool().clone(),
+        quota_ledger.clone(),
+    ));
     shutdown_signal().await;
     folding.abort();
+    usage.abort();
     tracing::info!("shutting down: draining in-flight requests");
     handle.stop(true).await;
     server
         .await
         .context("server task failed")?
         .context("server failed")?;
+    // The last second's requests count against their keys' quotas.
+    if let Err(err) = api_keys::store_usage(database.pool(), &quota_ledger).await {
+        tracing::warn!(error = %err, "cannot store the keys' request counts at shutdown");
+    }
     // What the learners learned is stored, so the next start replays nothing.
     match serving.snapshot_all().await {
         Ok(orgs) => tracing::info!(orgs, "bandit snapshots stored"),
@@ -149,6 +172,28 @@ async fn fold_acceptance_counts(pool: sqlx::PgPool) {
             Err(err) if !failing => {
                 failing = true;
                 tracing::warn!(error = %err, "cannot fold acceptance deltas; will retry");
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// How often each server adds the requests it admitted to the keys' stored daily usage.
+const QUOTA_FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Stores the keys' request counts every [`QUOTA_FLUSH_INTERVAL`], learning the other replicas'
+/// from the totals read back.
+async fn store_quota_usage(pool: sqlx::PgPool, ledger: std::sync::Arc<QuotaLedger>) {
+    let mut ticks = tokio::time::interval(QUOTA_FLUSH_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        ticks.tick().await;
+        match api_keys::store_usage(&pool, &ledger).await {
+            Ok(_) => failing = false,
+            Err(err) if !failing => {
+                failing = true;
+                tracing::warn!(error = %err, "cannot store the keys' request counts; will retry");
             }
             Err(_) => {}
         }

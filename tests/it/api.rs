@@ -338,10 +338,19 @@ async fn a_key_s_own_rate_limit_wins_over_its_role_s() {
     let app = spawn_app().await;
     let org = arc_rec::domain::OrgId::parse("acme").unwrap();
     let limit = RateLimit::new(0.5, 2).unwrap();
-    let key = create_key(app.db.pool(), &org, Role::Analyst, None, Some(limit))
-        .await
-        .unwrap()
-        .token;
+    let key = create_key(
+        app.db.pool(),
+        &org,
+        Role::Analyst,
+        None,
+        arc_rec::auth::KeyLimits {
+            rate_limit: Some(limit),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
+    .token;
     let path = "/v1/analytics/acceptance?group_by=type";
     for _ in 0..2 {
         assert_eq!(app.get(path, Some(&key)).await.status(), 200);
@@ -349,6 +358,97 @@ async fn a_key_s_own_rate_limit_wins_over_its_role_s() {
     let response = app.get(path, Some(&key)).await;
     assert_eq!(response.status(), 429);
     assert_eq!(response.headers()["retry-after"], "2");
+}
+
+/// Daily quotas: a role's (`serve --daily-quota`) and a key's own (which wins); the request
+/// over it is 429 `quota_exceeded` with Retry-After to the next 00:00 UTC; the count is stored,
+/// so a second server (a replica, or this one restarted) refuses the key too.
+#[tokio::test]
+async fn a_key_over_its_daily_quota_gets_429_until_midnight_on_every_replica() {
+    use arc_rec::auth::{KeyLimits, Role, create_key};
+    use arc_rec::quota::DailyQuota;
+    let mut quotas = arc_rec::auth::RoleQuotas::default();
+    quotas.apply(&"analyst=3".parse().unwrap());
+    let limits = Limits {
+        quotas,
+        ..Limits::default()
+    };
+    let app = spawn_app_with(limits.clone()).await;
+    let org = arc_rec::domain::OrgId::parse("acme").unwrap();
+    let own = create_key(
+        app.db.pool(),
+        &org,
+        Role::Analyst,
+        None,
+        KeyLimits {
+            daily_quota: Some(DailyQuota(5)),
+            ..KeyLimits::default()
+        },
+    )
+    .await
+    .unwrap()
+    .token;
+    let path = "/v1/analytics/acceptance?group_by=type";
+    for (key, quota) in [(&app.analyst_key, 3), (&own, 5)] {
+        for i in 0..quota {
+            assert_eq!(app.get(path, Some(key)).await.status(), 200, "request {i}");
+        }
+        let (status, error) = error_of(app.get(path, Some(key)).await).await;
+        assert_eq!(status, 429);
+        assert_eq!(error["code"], "quota_exceeded", "{error}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(&format!("{quota} requests")), "{message}");
+    }
+    let response = app.get(path, Some(&own)).await;
+    let retry_after: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let to_midnight = arc_rec::quota::seconds_to_next_day(chrono::Utc::now());
+    assert!(
+        retry_after.abs_diff(to_midnight) <= 2,
+        "{retry_after} vs {to_midnight}"
+    );
+    // Admin keys have no quota by default.
+    for _ in 0..8 {
+        assert_eq!(app.get(path, Some(&app.admin_key)).await.status(), 200);
+    }
+    // Stored as `serve` does every second: a second server reads the count and refuses the key
+    // at its first request; a key under its quota is still admitted there.
+    arc_rec::storage::api_keys::store_usage(app.db.pool(), &limits.quota_ledger)
+        .await
+        .unwrap();
+    let used: Vec<(i64,)> = sqlx::query_as("SELECT requests FROM api_key_usage ORDER BY requests")
+        .fetch_all(app.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(used, vec![(3,), (5,)], "refused requests count nothing");
+    let (replica, _serving, _handle) = crate::helpers::spawn_server(
+        app.db.pool(),
+        Limits {
+            quota_ledger: Default::default(),
+            ..limits
+        },
+    )
+    .await;
+    let response = app
+        .client
+        .get(format!("{replica}{path}"))
+        .bearer_auth(&own)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    let platform = app
+        .client
+        .post(format!("{replica}/v1/recommendations"))
+        .bearer_auth(&app.platform_key)
+        .json(&crate::helpers::contract_request())
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(platform.status(), 429, "the platform role has no quota");
 }
 
 #[tokio::test]

@@ -144,6 +144,29 @@ async fn keys_carry_their_own_rate_limit_through_the_binary() {
         String::from_utf8_lossy(&output.stderr).contains("no active key"),
         "another organization's key is not touched"
     );
+    // A daily quota: set, listed with today's count, refused when zero, back to the role's.
+    let set_quota = |quota: &str| {
+        arc_rec(&db.url)
+            .args(["keys", "set-quota", "--org", "acme", "--key-id", &key_id])
+            .args(["--daily-quota", quota])
+            .output()
+            .unwrap()
+    };
+    assert!(set_quota("250").status.success());
+    let listed = run(arc_rec(&db.url).args(["keys", "list", "--org", "acme"]));
+    let row = listed.lines().find(|l| l.starts_with(&key_id)).unwrap();
+    assert!(row.contains(" 250/day ") && row.contains(" 0 "), "{listed}");
+    let refused = set_quota("0");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && stderr.contains("--daily-quota")
+            && stderr.contains("at least 1"),
+        "{stderr}"
+    );
+    assert!(set_quota("default").status.success());
+    let listed = run(arc_rec(&db.url).args(["keys", "list", "--org", "acme"]));
+    assert!(!listed.contains("250/day"), "{listed}");
     run(arc_rec(&db.url).args(["keys", "revoke", "--org", "acme", "--key-id", &key_id]));
 }
 

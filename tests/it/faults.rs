@@ -249,10 +249,16 @@ async fn sigterm_drains_in_flight_requests_and_loses_no_acknowledged_decision() 
 
     let db = crate::helpers::fresh_database().await;
     let org = arc_rec::domain::OrgId::parse("acme").unwrap();
-    let key = arc_rec::auth::create_key(db.pool(), &org, arc_rec::auth::Role::Platform, None, None)
-        .await
-        .unwrap()
-        .token;
+    let key = arc_rec::auth::create_key(
+        db.pool(),
+        &org,
+        arc_rec::auth::Role::Platform,
+        None,
+        Default::default(),
+    )
+    .await
+    .unwrap()
+    .token;
     let mut server = Command::new(assert_cmd::cargo::cargo_bin("arc-rec"))
         .env("DATABASE_URL", &db.url)
         .env_remove("ARC_REC_DATA_DIR")

@@ -234,7 +234,7 @@ pub async fn spawn_app() -> TestApp {
 }
 
 /// The server's limits a test may tighten (the rest of its settings are `serve`'s defaults).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// Largest request body, bytes.
     pub body: usize,
@@ -242,6 +242,11 @@ pub struct Limits {
     pub handling: std::time::Duration,
     /// How long a verified key is trusted without asking the database.
     pub key_cache_ttl: std::time::Duration,
+    /// Each role's daily quota (none by default, as `serve`'s).
+    pub quotas: arc_rec::auth::RoleQuotas,
+    /// The server's count of each key's requests today (share one to look into it; tests
+    /// store it with `storage::api_keys::store_usage` where `serve` would every second).
+    pub quota_ledger: std::sync::Arc<arc_rec::quota::QuotaLedger>,
 }
 
 impl Default for Limits {
@@ -250,6 +255,8 @@ impl Default for Limits {
             body: arc_rec::api::DEFAULT_BODY_LIMIT,
             handling: arc_rec::api::DEFAULT_HANDLING_TIMEOUT,
             key_cache_ttl: arc_rec::auth::KeyCache::TTL,
+            quotas: Default::default(),
+            quota_ledger: Default::default(),
         }
     }
 }
@@ -283,6 +290,8 @@ pub async fn spawn_server(
         handling_timeout: limits.handling,
         rate_limits: Default::default(),
         limiter: Default::default(),
+        quotas: limits.quotas,
+        quota_ledger: limits.quota_ledger.clone(),
         request_schemas: arc_rec::api::request_schemas::RequestSchemas::served()
             .expect("request schemas"),
     };
@@ -302,7 +311,7 @@ pub async fn spawn_server(
 pub async fn spawn_app_on(db: TestDb, org: &str, limits: Limits) -> TestApp {
     use arc_rec::auth::{Role, create_key};
     let org = arc_rec::domain::OrgId::parse(org).unwrap();
-    let key = |role| create_key(db.pool(), &org, role, None, None);
+    let key = |role| create_key(db.pool(), &org, role, None, Default::default());
     let platform_key = key(Role::Platform).await.unwrap().token;
     let analyst_key = key(Role::Analyst).await.unwrap().token;
     let admin_key = key(Role::Admin).await.unwrap().token;

@@ -1015,7 +1015,7 @@ async fn a_key_of_one_organization_never_reaches_another_s_data() {
     serve_and_answer(&app, 3, |_| (0, "accepted")).await;
     let acme_event = recommend_contract(&app).await;
     let globex = arc_rec::domain::OrgId::parse("globex").unwrap();
-    let key = |role| create_key(app.db.pool(), &globex, role, None, None);
+    let key = |role| create_key(app.db.pool(), &globex, role, None, Default::default());
     let platform = key(Role::Platform).await.unwrap().token;
     let analyst = key(Role::Analyst).await.unwrap().token;
     let pool = app.db.pool().clone();
@@ -1160,7 +1160,7 @@ async fn a_revoked_key_is_refused_by_every_replica_within_the_key_cache_s_lifeti
         key_cache_ttl: ttl,
         ..Limits::default()
     };
-    let app = spawn_app_with(limits).await;
+    let app = spawn_app_with(limits.clone()).await;
     let (replica, _serving, _handle) = spawn_server(app.db.pool(), limits).await;
     let path = "/v1/analytics/acceptance?group_by=type";
     let status = |address: String| {
