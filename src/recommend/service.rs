@@ -14,7 +14,7 @@
 //! its policy version and replays only the feedback received after them, so start-up costs
 //! the tail of the log, not all of it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -60,6 +60,9 @@ pub const MODEL_CANDIDATES_RELOAD_BOUND: Duration = Duration::from_secs(3);
 /// row may commit a little after a later row; re-reading a window (and skipping what was
 /// applied) catches it.
 const POLL_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
+/// Answers received this long before the newest one polled are no longer remembered as
+/// learned: no poll re-reads them (twice the re-read window, for margin).
+const FORGET_LEARNED_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 /// Old evidence is discounted (half-life in `PolicyConfig`) at the start of each epoch of this
 /// length, on epoch boundaries of Unix time: every replica decays at the same instants, and the
 /// linear model's state depends only on the observations and that clock, so replicas agree.
@@ -207,9 +210,12 @@ pub struct Serving {
     /// Serialises first loads of an organization: concurrent first requests wait for one load
     /// instead of all running the statistics queries (a thundering herd at start-up).
     loading: tokio::sync::Mutex<()>,
-    /// (event, recommendation) pairs already learned from: the first answer about a shown item
-    /// is the one the bandit learns.
-    learned: Mutex<HashSet<(Uuid, String)>>,
+    /// (event, recommendation) pairs learned from lately, with when their answer was received:
+    /// an answer is learned at once on the server it reached, and again seen by the poller's
+    /// re-read window; this keeps it from being learned twice. Entries older than that window
+    /// are forgotten ([`FORGET_LEARNED_AFTER`]), so memory does not grow with the feedback log
+    /// (whether an answer is an item's first is decided in SQL).
+    learned: Mutex<HashMap<(Uuid, String), DateTime<Utc>>>,
     /// Per loaded organization, the model candidates' mark when they were last loaded.
     model_marks: Mutex<HashMap<String, ModelCandidatesMark>>,
     startup: Mutex<StartupReport>,
@@ -255,7 +261,7 @@ impl Serving {
             policy_version: policy_version(),
             orgs: RwLock::new(HashMap::new()),
             loading: tokio::sync::Mutex::new(()),
-            learned: Mutex::new(HashSet::new()),
+            learned: Mutex::new(HashMap::new()),
             model_marks: Mutex::new(HashMap::new()),
             startup: Mutex::new(StartupReport::default()),
             runtime: tokio::runtime::Handle::current(),
@@ -272,10 +278,12 @@ impl Serving {
                     }
                     watermark = watermark.max(ledger.learned_through);
                     serving.learned.lock().map_err(|_| poisoned())?.extend(
-                        ledger
-                            .recent
-                            .iter()
-                            .map(|row| (row.event_id, row.recommendation_id.clone())),
+                        ledger.recent.iter().map(|row| {
+                            (
+                                (row.event_id, row.recommendation_id.clone()),
+                                row.received_at,
+                            )
+                        }),
                     );
                     serving.install(&org, Some((policy, ledger))).await?;
                 }
@@ -333,6 +341,19 @@ impl Serving {
             stored += 1;
         }
         Ok(stored)
+    }
+
+    /// Forgets the learned answers received before `cutoff` (no poll reads them again).
+    fn forget_learned_before(&self, cutoff: DateTime<Utc>) {
+        if let Ok(mut learned) = self.learned.lock() {
+            learned.retain(|_, received_at| *received_at >= cutoff);
+        }
+    }
+
+    /// How many answers this server remembers having learned (bounded by the poll window's
+    /// traffic, not by the feedback log).
+    pub fn remembered_answers(&self) -> usize {
+        self.learned.lock().map_or(0, |learned| learned.len())
     }
 
     /// How this server's state was loaded.
@@ -650,8 +671,11 @@ impl Serving {
         };
         {
             let mut learned = self.learned.lock().map_err(|_| poisoned())?;
-            if !learned.insert((row.event_id, row.recommendation_id.clone())) {
-                return Ok(());
+            match learned.entry((row.event_id, row.recommendation_id.clone())) {
+                std::collections::hash_map::Entry::Occupied(_) => return Ok(()),
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(row.received_at);
+                }
             }
         }
         let state = self.org(&row.org_id).await?;
@@ -916,6 +940,9 @@ async fn poll_feedback(serving: std::sync::Weak<Serving>, mut watermark: Option<
                     if let Err(err) = serving.learn(row).await {
                         tracing::warn!(error = %err, "cannot learn polled feedback");
                     }
+                }
+                if let Some(watermark) = watermark {
+                    serving.forget_learned_before(watermark - FORGET_LEARNED_AFTER);
                 }
             }
             Err(err) => tracing::warn!(error = %err, "feedback poll failed"),

@@ -499,6 +499,51 @@ async fn analytics_over_served_decisions() {
     );
 }
 
+/// A server remembers which answers it learned only as long as its poll may re-read them: old
+/// answers (stored around it, found by its poll) and a fresh one (posted to it) are each
+/// learned once, and then only the fresh one is remembered, so memory does not grow with the
+/// feedback log.
+#[tokio::test]
+async fn learned_answers_are_remembered_only_for_the_poll_window() {
+    let app = with_contract_data().await;
+    let mut bodies = Vec::new();
+    for _ in 0..3 {
+        bodies.push(recommend_contract(&app).await);
+    }
+    // Two answers received ten minutes ago, written around the server (as another replica's
+    // would be, long since).
+    for body in &bodies[..2] {
+        sqlx::query(
+            "INSERT INTO feedback (org_id, event_id, recommendation_id, outcome, received_at)
+             VALUES ('acme', $1::uuid, $2, 'rejected', now() - interval '10 minutes')",
+        )
+        .bind(body["event_id"].as_str().unwrap())
+        .bind(
+            body["recommendations"][0]["recommendation_id"]
+                .as_str()
+                .unwrap(),
+        )
+        .execute(app.db.pool())
+        .await
+        .unwrap();
+    }
+    let feedback = json!({"event_id": bodies[2]["event_id"], "recommendation_id": bodies[2]["recommendations"][0]["recommendation_id"], "outcome": "accepted"});
+    assert_eq!(
+        app.post("/v1/feedback", Some(&app.platform_key), &feedback)
+            .await
+            .status(),
+        201
+    );
+    wait_for_observations(&app.serving, 3).await;
+    // A few more polls: nothing learned twice, the old answers forgotten.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        app.serving.policy("acme").map(|p| p.observations()),
+        Some(3)
+    );
+    assert_eq!(app.serving.remembered_answers(), 1);
+}
+
 /// The acceptance counts analysts read (kept as decisions and answers are written, folded by
 /// `arc_rec_compact_acceptance`) equal a hand-written count over the row-level view for every
 /// grouping, with answers about the same items arriving at once (an `accepted` and an `applied`
@@ -771,6 +816,11 @@ async fn a_priced_model_candidate_enters_at_its_prior_and_feedback_moves_it_like
     assert_eq!(rows.len(), 2, "{rows:?}");
     // Items logged before sources were (NULL source) are told apart by their features.
     sqlx::query("UPDATE decision_items SET source = NULL, model_version_id = NULL")
+        .execute(app.db.pool())
+        .await
+        .unwrap();
+    // Rows changed around the service are counted again by a recount (docs/OPERATIONS.md).
+    sqlx::query("SELECT arc_rec_recount_acceptance()")
         .execute(app.db.pool())
         .await
         .unwrap();
