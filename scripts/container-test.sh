@@ -48,8 +48,11 @@ if ! podman image exists docker.io/library/rust:1.95-bookworm; then
   rm -rf "$context" && mkdir -p "$context/rustup/toolchains" "$context/cargo/bin"
   toolchain="$(rustup +1.95.0 show active-toolchain 2> /dev/null | cut -d' ' -f1 || true)"
   cp -a "$(rustc +1.95.0 --print sysroot)/." "$context/rustup/toolchains/1.95.0-x86_64-unknown-linux-gnu/"
-  echo 'default_toolchain = "1.95.0-x86_64-unknown-linux-gnu"' > "$context/rustup/settings.toml"
-  echo 'profile = "minimal"' >> "$context/rustup/settings.toml"
+  {
+    echo 'version = "12"'
+    echo 'default_toolchain = "1.95.0-x86_64-unknown-linux-gnu"'
+    echo 'profile = "minimal"'
+  } > "$context/rustup/settings.toml"
   cp "$(command -v rustup)" "$context/cargo/bin/rustup"
   for proxy in cargo rustc rustdoc cargo-fmt rustfmt cargo-clippy clippy-driver; do
     ln -f "$context/cargo/bin/rustup" "$context/cargo/bin/$proxy"
@@ -85,12 +88,29 @@ EOF
 fi
 
 # --- the project's images ---------------------------------------------------------------------
+# Where this machine reaches the registries through a TLS-inspecting proxy, its CA bundle (which
+# the images' Debian bundle lacks) is lent to the build's RUN steps, with pip and cargo told to
+# use it; nothing of it stays in the images.
+build_mounts=()
+host_ca="${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}"
+if [ -f "$host_ca" ]; then
+  printf '[global]\ncert = /usr/local/share/host-ca.crt\n' > "$state/pip.conf"
+  printf '[http]\ncainfo = "/usr/local/share/host-ca.crt"\n' > "$state/cargo-config.toml"
+  build_mounts=(-v "$host_ca:/usr/local/share/host-ca.crt:ro" -v "$state/pip.conf:/etc/pip.conf:ro"
+    -v "$state/cargo-config.toml:/usr/local/cargo/config.toml:ro")
+fi
 echo "== building the service and trainer images (log: $state/build-*.log)"
 started=$(date +%s)
-podman_ build --pull=never --format docker --network host "${limits[@]}" --target service -t arc-rec:test "$root" \
-  > "$state/build-service.log" 2>&1
-podman_ build --pull=never --format docker --network host "${limits[@]}" --target trainer -t arc-rec-trainer:test \
-  "$root" > "$state/build-trainer.log" 2>&1
+build() { # TARGET TAG
+  podman_ build --pull=never --format docker --network host "${limits[@]}" "${build_mounts[@]}" \
+    --target "$1" -t "$2" "$root" > "$state/build-$1.log" 2>&1 || {
+    tail -20 "$state/build-$1.log"
+    echo "FAIL: building the $1 image (log: $state/build-$1.log)"
+    exit 1
+  }
+}
+build service arc-rec:test
+build trainer arc-rec-trainer:test
 echo "   built in $(($(date +%s) - started)) s"
 size() { podman image inspect --format '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1 / 1e6}'; }
 echo "   arc-rec:test $(size arc-rec:test), arc-rec-trainer:test $(size arc-rec-trainer:test)"

@@ -136,14 +136,28 @@ pub async fn run(
         .await
         .context("server task failed")?
         .context("server failed")?;
-    // The last second's requests count against their keys' quotas.
-    if let Err(err) = api_keys::store_usage(database.pool(), &quota_ledger).await {
-        tracing::warn!(error = %err, "cannot store the keys' request counts at shutdown");
+    // The last second's requests count against their keys' quotas (retried past connections
+    // the stopped workers left dead, `storage::SHUTDOWN_ATTEMPTS`).
+    for attempt in 1..=crate::storage::SHUTDOWN_ATTEMPTS {
+        match api_keys::store_usage(database.pool(), &quota_ledger).await {
+            Ok(_) => break,
+            Err(err) if err.is_unavailable() && attempt < crate::storage::SHUTDOWN_ATTEMPTS => {}
+            Err(err) => {
+                tracing::warn!(
+                    error = %telemetry::error_chain(&err),
+                    "cannot store the keys' request counts at shutdown"
+                );
+                break;
+            }
+        }
     }
     // What the learners learned is stored, so the next start replays nothing.
     match serving.snapshot_all().await {
         Ok(orgs) => tracing::info!(orgs, "bandit snapshots stored"),
-        Err(err) => tracing::warn!(error = %err, "cannot store bandit snapshots at shutdown"),
+        Err(err) => tracing::warn!(
+            error = %telemetry::error_chain(&err),
+            "cannot store bandit snapshots at shutdown"
+        ),
     }
     Ok(())
 }
@@ -171,7 +185,7 @@ async fn fold_acceptance_counts(pool: sqlx::PgPool) {
             // Logged once per run of failures (the database may be down for a while).
             Err(err) if !failing => {
                 failing = true;
-                tracing::warn!(error = %err, "cannot fold acceptance deltas; will retry");
+                tracing::warn!(error = %telemetry::error_chain(&err), "cannot fold acceptance deltas; will retry");
             }
             Err(_) => {}
         }
@@ -193,7 +207,7 @@ async fn store_quota_usage(pool: sqlx::PgPool, ledger: std::sync::Arc<QuotaLedge
             Ok(_) => failing = false,
             Err(err) if !failing => {
                 failing = true;
-                tracing::warn!(error = %err, "cannot store the keys' request counts; will retry");
+                tracing::warn!(error = %telemetry::error_chain(&err), "cannot store the keys' request counts; will retry");
             }
             Err(_) => {}
         }

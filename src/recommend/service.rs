@@ -908,11 +908,37 @@ async fn learn_loop(
             && (learner.ledger.lessons - snapshotted.0 >= SNAPSHOT_EVERY_LESSONS
                 || snapshotted.1.elapsed() >= SNAPSHOT_INTERVAL);
         if due || asked.is_some() {
-            let stored = learner.snapshot().await;
-            match &stored {
-                Ok(()) => snapshotted = (learner.ledger.lessons, std::time::Instant::now()),
-                Err(err) => {
-                    tracing::warn!(org = %learner.org, error = %err, "cannot store a bandit snapshot");
+            // Asked for (the server is stopping, and there is no next time): retried past
+            // connections the stopped HTTP workers left dead (`storage::SHUTDOWN_ATTEMPTS`);
+            // a periodic snapshot is simply taken again later.
+            let attempts = if asked.is_some() {
+                crate::storage::SHUTDOWN_ATTEMPTS
+            } else {
+                1
+            };
+            let mut stored = learner.snapshot().await;
+            for attempt in 1..=attempts {
+                match &stored {
+                    Ok(()) => {
+                        snapshotted = (learner.ledger.lessons, std::time::Instant::now());
+                        break;
+                    }
+                    Err(err) => {
+                        let unavailable =
+                            matches!(err, ServeError::Storage(e) if e.is_unavailable());
+                        let retry = unavailable && attempt < attempts;
+                        if !retry {
+                            tracing::warn!(
+                                org = %learner.org,
+                                attempt,
+                                error = %telemetry::error_chain(err),
+                                "cannot store a bandit snapshot"
+                            );
+                            break;
+                        }
+                        tracing::debug!(org = %learner.org, attempt, error = %telemetry::error_chain(err), "bandit snapshot failed; retrying");
+                        stored = learner.snapshot().await;
+                    }
                 }
             }
             if let Some(reply) = asked {
@@ -938,14 +964,16 @@ async fn poll_feedback(serving: std::sync::Weak<Serving>, mut watermark: Option<
                 }
                 for row in rows {
                     if let Err(err) = serving.learn(row).await {
-                        tracing::warn!(error = %err, "cannot learn polled feedback");
+                        tracing::warn!(error = %telemetry::error_chain(&err), "cannot learn polled feedback");
                     }
                 }
                 if let Some(watermark) = watermark {
                     serving.forget_learned_before(watermark - FORGET_LEARNED_AFTER);
                 }
             }
-            Err(err) => tracing::warn!(error = %err, "feedback poll failed"),
+            Err(err) => {
+                tracing::warn!(error = %telemetry::error_chain(&err), "feedback poll failed");
+            }
         }
         match serving.reload_changed_model_candidates().await {
             Ok(0) => {}

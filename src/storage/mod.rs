@@ -128,6 +128,16 @@ pub async fn pending_migrations(pool: &PgPool) -> Result<Vec<i64>, StorageError>
 
 /// Longest a request waits for a pooled connection before it fails (503 at the API): while the
 /// database is down, requests fail within this bound instead of queueing.
+/// Connections of the serving pool.
+pub const MAX_CONNECTIONS: u32 = 16;
+
+/// Attempts a statement at shutdown deserves: `serve`'s HTTP workers each run their own tokio
+/// runtime, and a pooled connection opened by a request on one of them is dead once that
+/// runtime has stopped ("A Tokio 1.x context was found, but it is being shutdown"); each failed
+/// attempt drops one such connection, so one more than the pool holds always reaches a live
+/// one.
+pub const SHUTDOWN_ATTEMPTS: u32 = MAX_CONNECTIONS + 1;
+
 pub const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Connections analyst queries may hold at once, in a pool of their own, each without parallel
@@ -220,7 +230,7 @@ impl Database {
     ) -> Result<Self, StorageError> {
         let connect = connect.log_statements(tracing::log::LevelFilter::Trace);
         let pool = PgPoolOptions::new()
-            .max_connections(16)
+            .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(connect.clone())
             .await

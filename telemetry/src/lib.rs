@@ -62,6 +62,20 @@ const OTEL_EXCLUDED_TARGETS: [&str; 11] = [
     "opentelemetry-prometheus",
 ];
 
+/// An error with its causes, `outer: cause: root cause`, for a log field: a `thiserror` error's
+/// `Display` names only its own level (e.g. "database query failed: store a bandit snapshot"),
+/// and a warning that drops the cause cannot be acted on.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
+}
+
 /// Installs the global `tracing` subscriber and OpenTelemetry providers.
 ///
 /// Logs go to stderr. Keep the returned guard alive for the life of the
