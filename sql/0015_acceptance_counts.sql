@@ -33,17 +33,8 @@ CREATE TABLE acceptance_counts (
 
 -- Written by `storage::decisions::insert_decisions` (shown) and by the feedback trigger below
 -- (accepted); emptied into acceptance_counts by arc_rec_compact_acceptance().
-CREATE TABLE acceptance_deltas (
-    org_id               TEXT NOT NULL,
-    day                  DATE NOT NULL,
-    cluster_id           TEXT NOT NULL,
-    recommendation_type  TEXT NOT NULL,
-    model_provider       TEXT NOT NULL,
-    policy_version       TEXT NOT NULL,
-    source_key           TEXT NOT NULL,
-    shown                BIGINT NOT NULL CHECK (shown >= 0),
-    accepted             BIGINT NOT NULL CHECK (accepted >= 0)
-);
+-- Same columns and checks as acceptance_counts, without its key: many rows per combination.
+CREATE TABLE acceptance_deltas (LIKE acceptance_counts INCLUDING CONSTRAINTS);
 CREATE INDEX acceptance_deltas_org_idx ON acceptance_deltas (org_id);
 
 -- An item is accepted once, at its first `accepted` or `applied` answer. Two such answers about
