@@ -647,6 +647,74 @@ async fn acceptance_counts_equal_the_row_level_truth_under_concurrent_answers() 
     check().await;
 }
 
+/// Every query of docs/ANALYTICS.md runs on a served database, and its "model vs heuristics"
+/// query gives the numbers the API gives.
+#[tokio::test]
+async fn the_analytics_guide_s_queries_run_and_agree_with_the_api() {
+    let app = with_contract_data().await;
+    serve_and_answer(&app, 8, |i| {
+        (i % 3, if i % 2 == 0 { "accepted" } else { "rejected" })
+    })
+    .await;
+    let guide =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/ANALYTICS.md")).unwrap();
+    let queries: Vec<&str> = guide
+        .split("```sql")
+        .skip(1)
+        .map(|block| block.split("```").next().unwrap())
+        .collect();
+    assert!(queries.len() >= 5, "{} queries in the guide", queries.len());
+    for query in &queries {
+        let rows = sqlx::query(query)
+            .fetch_all(app.db.pool())
+            .await
+            .unwrap_or_else(|err| panic!("{err}: {query}"));
+        assert!(!rows.is_empty(), "no rows: {query}");
+    }
+    let by_source = queries
+        .iter()
+        .position(|q| q.contains("GROUP BY source_key"))
+        .unwrap();
+    let from_sql: Vec<(String, i64, i64)> = sqlx::query_as(&format!(
+        "SELECT source_key, shown::bigint, accepted::bigint FROM ({}) AS guide",
+        queries[by_source].trim().trim_end_matches(';')
+    ))
+    .fetch_all(app.db.pool())
+    .await
+    .unwrap();
+    let api: Value = app
+        .get(
+            "/v1/analytics/acceptance?group_by=source",
+            Some(&app.analyst_key),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let mut from_api: Vec<(String, i64, i64)> = api["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap().to_owned(),
+                r["shown"].as_i64().unwrap(),
+                r["accepted"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    from_api.sort();
+    assert_eq!(from_sql, from_api);
+    let accepted: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM analyst_shown_recommendations WHERE org_id = 'acme' AND accepted",
+    )
+    .fetch_one(app.db.pool())
+    .await
+    .unwrap();
+    assert!(accepted > 0);
+    assert_eq!(from_api.iter().map(|r| r.2).sum::<i64>(), accepted);
+}
+
 /// A model candidate stored with the learned grader's prior enters at that prior (ahead of every
 /// heuristic candidate, which no feedback has priced yet), is logged with its source and prior,
 /// and then moves with feedback as any other candidate: rejections pull it down (the learner
