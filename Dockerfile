@@ -12,7 +12,10 @@ RUN python3 -m venv .venv && .venv/bin/pip install --no-cache-dir torch==2.11.0
 COPY . .
 RUN cargo build --release --locked --no-default-features --bin arc-rec \
  && cp target/release/arc-rec /arc-rec-service
-RUN . scripts/env.sh && cargo build --release --locked --bin arc-rec \
+# scripts/env.sh is bash (it finds the project from BASH_SOURCE); under the default sh it pointed
+# PATH at /.venv and tch's build script found no python.
+SHELL ["/bin/bash", "-c"]
+RUN source scripts/env.sh && cargo build --release --locked --bin arc-rec \
  && cp target/release/arc-rec /arc-rec-trainer
 
 FROM debian:bookworm-slim AS service
