@@ -682,27 +682,7 @@ async fn the_analytics_guide_s_queries_run_and_agree_with_the_api() {
     .fetch_all(app.db.pool())
     .await
     .unwrap();
-    let api: Value = app
-        .get(
-            "/v1/analytics/acceptance?group_by=source",
-            Some(&app.analyst_key),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
-    let mut from_api: Vec<(String, i64, i64)> = api["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["key"].as_str().unwrap().to_owned(),
-                r["shown"].as_i64().unwrap(),
-                r["accepted"].as_i64().unwrap(),
-            )
-        })
-        .collect();
+    let mut from_api = acceptance_by_source(&app).await;
     from_api.sort();
     assert_eq!(from_sql, from_api);
     let accepted: i64 = sqlx::query_scalar(
