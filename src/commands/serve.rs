@@ -169,27 +169,10 @@ const FOLD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 /// analyst queries sum a few rows per group and day whatever the traffic. Readers add the
 /// pending deltas, so a late or failed fold makes queries slower, never wrong.
 async fn fold_acceptance_counts(pool: sqlx::PgPool) {
-    let mut ticks = tokio::time::interval(FOLD_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut failing = false;
-    loop {
-        ticks.tick().await;
-        match crate::storage::analytics::compact_acceptance(&pool).await {
-            Ok(folded) => {
-                if failing {
-                    tracing::info!("acceptance counts are folded again");
-                }
-                failing = false;
-                tracing::debug!(folded, "acceptance deltas folded");
-            }
-            // Logged once per run of failures (the database may be down for a while).
-            Err(err) if !failing => {
-                failing = true;
-                tracing::warn!(error = %telemetry::error_chain(&err), "cannot fold acceptance deltas; will retry");
-            }
-            Err(_) => {}
-        }
-    }
+    every(FOLD_INTERVAL, "fold acceptance deltas", || {
+        crate::storage::analytics::compact_acceptance(&pool)
+    })
+    .await;
 }
 
 /// How often each server adds the requests it admitted to the keys' stored daily usage.
@@ -198,16 +181,38 @@ const QUOTA_FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_secs
 /// Stores the keys' request counts every [`QUOTA_FLUSH_INTERVAL`], learning the other replicas'
 /// from the totals read back.
 async fn store_quota_usage(pool: sqlx::PgPool, ledger: std::sync::Arc<QuotaLedger>) {
-    let mut ticks = tokio::time::interval(QUOTA_FLUSH_INTERVAL);
+    every(
+        QUOTA_FLUSH_INTERVAL,
+        "store the keys' request counts",
+        || api_keys::store_usage(&pool, &ledger),
+    )
+    .await;
+}
+
+/// Runs `task` every `interval` until aborted. A failure is logged once per run of failures
+/// (the database may be down for a while), and the recovery once.
+async fn every<T, F, Fut>(interval: std::time::Duration, what: &'static str, mut task: F)
+where
+    T: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, crate::storage::StorageError>>,
+{
+    let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
     loop {
         ticks.tick().await;
-        match api_keys::store_usage(&pool, &ledger).await {
-            Ok(_) => failing = false,
+        match task().await {
+            Ok(done) => {
+                if failing {
+                    tracing::info!(task = what, "working again");
+                }
+                failing = false;
+                tracing::debug!(task = what, ?done, "done");
+            }
             Err(err) if !failing => {
                 failing = true;
-                tracing::warn!(error = %telemetry::error_chain(&err), "cannot store the keys' request counts; will retry");
+                tracing::warn!(task = what, error = %telemetry::error_chain(&err), "cannot {what}; will retry");
             }
             Err(_) => {}
         }
