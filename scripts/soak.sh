@@ -57,10 +57,14 @@ mix="${SOAK_MIX:-recommendations=300,feedback=125,trajectories=74,analytics=1}"
 start_server
 echo "== soak: $rate requests/s for $seconds s against port $port"
 (
-  echo "seconds,rss_mb"
+  # RssAnon is the heap (and stacks); RssFile the binary's pages touched so far, which grow
+  # as code paths are first run and are not a leak.
+  echo "seconds,rss_mb,anon_mb,file_mb"
   t0=$(date +%s)
   while kill -0 "$server" 2> /dev/null; do
-    rss=$(awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$server/status" 2> /dev/null || true)
+    rss=$(awk '/^VmRSS/ {r = int($2 / 1024)} /^RssAnon/ {a = int($2 / 1024)}
+      /^RssFile/ {f = int($2 / 1024)} END {if (r != "") print r "," a "," f}' \
+      "/proc/$server/status" 2> /dev/null || true)
     [ -n "$rss" ] && echo "$(($(date +%s) - t0)),$rss"
     sleep 5
   done
@@ -74,7 +78,8 @@ kill "$sampler" 2> /dev/null || true
 python3 - "$out/load.json" "$out/rss.csv" "$seconds" <<'PY'
 import csv, json, sys
 load = json.load(open(sys.argv[1]))
-rss = [(int(r["seconds"]), int(r["rss_mb"])) for r in csv.DictReader(open(sys.argv[2]))]
+samples = list(csv.DictReader(open(sys.argv[2])))
+rss = [(int(r["seconds"]), int(r["rss_mb"])) for r in samples]
 seconds = int(sys.argv[3])
 print(f"   sent {load['sent']}, ok {load['ok']}, errors {load['errors']}, "
       f"achieved {load['achieved_rate']:.1f}/s, p99 {load['p99_ms']:.1f} ms overall")
@@ -87,6 +92,9 @@ quarter = next(mb for s, mb in rss if s >= seconds // 4)
 end = rss[-1][1]
 peak = max(mb for _, mb in rss)
 print(f"   server RSS: {start} MB at start, {quarter} MB a quarter in, {end} MB at the end, peak {peak} MB")
+first, last = samples[0], samples[-1]
+print(f"   of which anonymous (heap): {first['anon_mb']} -> {last['anon_mb']} MB, "
+      f"file-backed (binary pages): {first['file_mb']} -> {last['file_mb']} MB")
 flat = end <= 1.10 * quarter
 verdict = "PASS" if load["errors"] == 0 and flat else "FAIL"
 print(f"soak {verdict}  errors {load['errors']} of {load['sent']}; RSS end/quarter {end / quarter:.2f} (bound 1.10)")
