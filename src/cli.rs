@@ -31,6 +31,9 @@ pub enum Command {
     /// Create, list, rate-limit and revoke API keys.
     #[command(subcommand)]
     Keys(crate::commands::keys::KeysCommand),
+    /// Analysts' numbers in a terminal: acceptance rates with intervals, grouped.
+    #[command(subcommand)]
+    Analytics(crate::commands::analytics::AnalyticsCommand),
     /// Cluster failure patterns per organization (stable ids; the bandit's failure context).
     Cluster(crate::commands::cluster::ClusterArgs),
     /// Manage the embedded Postgres cluster under --data-dir.

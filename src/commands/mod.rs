@@ -1,6 +1,7 @@
 //! The CLI commands: each parses its arguments, calls library code and prints a summary.
 //! `anyhow` lives here and in `main`, not in the library.
 
+pub mod analytics;
 pub mod bench;
 #[cfg(feature = "rft")]
 pub mod bench_model;

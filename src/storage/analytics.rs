@@ -42,28 +42,63 @@ pub struct AcceptanceCount {
     pub accepted: i64,
 }
 
-/// Acceptance counts of `org`'s shown recommendations by `group_by`, for days in
-/// `[since, until)`, most shown first. Read from the counts kept as decisions and answers are
-/// written (sql/0015), so its cost grows with days × groups, not with the log.
+impl AcceptanceCount {
+    /// Accepted / shown (0 when nothing was shown).
+    pub fn rate(&self) -> f64 {
+        self.accepted as f64 / self.shown.max(1) as f64
+    }
+
+    /// The Wilson 95 % interval of the rate ([0, 1] when nothing was shown).
+    pub fn ci95(&self) -> [f64; 2] {
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        let (lo, hi) = bandit::interval::wilson(count(self.accepted), count(self.shown), 1.96)
+            .unwrap_or((0.0, 1.0));
+        [lo, hi]
+    }
+}
+
+/// A period of UTC days, `[since, until)`, either end open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Period {
+    pub since: Option<NaiveDate>,
+    pub until: Option<NaiveDate>,
+}
+
+impl Period {
+    /// Refuses an empty or inverted period, naming `since`.
+    pub fn new(since: Option<NaiveDate>, until: Option<NaiveDate>) -> Result<Self, String> {
+        match (since, until) {
+            (Some(since), Some(until)) if since >= until => {
+                Err(format!("must be before until ({until})"))
+            }
+            _ => Ok(Self { since, until }),
+        }
+    }
+}
+
+/// Acceptance counts of shown recommendations by `group_by` over `period`, most shown first:
+/// `org`'s, or every organization's together when `None` (operators' CLI). Read from the counts
+/// kept as decisions and answers are written (sql/0015), so its cost grows with days × groups,
+/// not with the log.
 pub async fn acceptance(
     pool: &PgPool,
-    org: &str,
+    org: Option<&str>,
     group_by: GroupBy,
-    since: Option<NaiveDate>,
-    until: Option<NaiveDate>,
+    period: Period,
 ) -> Result<Vec<AcceptanceCount>, StorageError> {
     // The column comes from a closed enum, never from the client's text.
     let sql = format!(
         "SELECT {col} AS key, sum(shown)::bigint AS shown, sum(accepted)::bigint AS accepted
          FROM analyst_acceptance_counts
-         WHERE org_id = $1 AND ($2::date IS NULL OR day >= $2) AND ($3::date IS NULL OR day < $3)
+         WHERE ($1::text IS NULL OR org_id = $1)
+           AND ($2::date IS NULL OR day >= $2) AND ($3::date IS NULL OR day < $3)
          GROUP BY 1 ORDER BY shown DESC, key",
         col = group_by.column()
     );
     sqlx::query_as(&sql)
         .bind(org)
-        .bind(since)
-        .bind(until)
+        .bind(period.since)
+        .bind(period.until)
         .fetch_all(pool)
         .await
         .context("acceptance analytics")
@@ -97,8 +132,7 @@ pub const OPE_MAX_DECISIONS: i64 = 200_000;
 pub async fn logged_tops(
     pool: &PgPool,
     org: &str,
-    since: Option<NaiveDate>,
-    until: Option<NaiveDate>,
+    period: Period,
 ) -> Result<Vec<LoggedTop>, StorageError> {
     sqlx::query_as(
         "SELECT l.candidate_set, l.candidates, i.recommendation_id, i.propensity,
@@ -112,8 +146,8 @@ pub async fn logged_tops(
          LIMIT $4",
     )
     .bind(org)
-    .bind(since)
-    .bind(until)
+    .bind(period.since)
+    .bind(period.until)
     .bind(OPE_MAX_DECISIONS)
     .fetch_all(pool)
     .await

@@ -614,7 +614,7 @@ async fn acceptance_counts_equal_the_row_level_truth_under_concurrent_answers() 
             .await
             .unwrap();
             let counted: Vec<(String, i64, i64)> =
-                analytics::acceptance(app.db.pool(), "acme", group_by, None, None)
+                analytics::acceptance(app.db.pool(), Some("acme"), group_by, Default::default())
                     .await
                     .unwrap()
                     .into_iter()
@@ -693,6 +693,74 @@ async fn the_analytics_guide_s_queries_run_and_agree_with_the_api() {
     .unwrap();
     assert!(accepted > 0);
     assert_eq!(from_api.iter().map(|r| r.2).sum::<i64>(), accepted);
+}
+
+/// `arc-rec analytics acceptance` prints the API's numbers (the same body with `--format json`,
+/// one CSV line per row) for every grouping, and refuses an inverted period naming `--since`.
+#[tokio::test]
+async fn the_analytics_cli_prints_the_api_s_numbers_for_every_grouping() {
+    use crate::helpers::{arc_rec, run};
+    let app = with_contract_data().await;
+    serve_and_answer(&app, 8, |i| {
+        (i % 3, if i % 2 == 0 { "accepted" } else { "rejected" })
+    })
+    .await;
+    for (cli, api) in [
+        ("cluster", "cluster"),
+        ("type", "type"),
+        ("provider", "provider"),
+        ("policy", "policy_version"),
+        ("source", "source"),
+        ("day", "day"),
+    ] {
+        let from_api: Value = app
+            .get(
+                &format!("/v1/analytics/acceptance?group_by={api}"),
+                Some(&app.analyst_key),
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert!(
+            !from_api["rows"].as_array().unwrap().is_empty(),
+            "{from_api}"
+        );
+        let args = [
+            "analytics",
+            "acceptance",
+            "--org",
+            "acme",
+            "--group-by",
+            cli,
+        ];
+        let json = run(arc_rec(&app.db.url).args(args).args(["--format", "json"]));
+        let from_cli: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(from_cli, from_api, "--group-by {cli}");
+        let csv = run(arc_rec(&app.db.url).args(args).args(["--format", "csv"]));
+        assert_eq!(
+            csv.lines().count(),
+            from_api["rows"].as_array().unwrap().len() + 1
+        );
+        let table = run(arc_rec(&app.db.url).args(args));
+        let first = &from_api["rows"][0];
+        assert!(
+            table.contains(first["key"].as_str().unwrap())
+                && table.contains(&format!("{:.3}", first["rate"].as_f64().unwrap())),
+            "{table}"
+        );
+    }
+    let output = arc_rec(&app.db.url)
+        .args(["analytics", "acceptance", "--group-by", "day"])
+        .args(["--since", "2026-02-01", "--until", "2026-01-01"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--since") && stderr.contains("before"),
+        "{stderr}"
+    );
 }
 
 /// A model candidate stored with the learned grader's prior enters at that prior (ahead of every

@@ -10,7 +10,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::Caller;
 use crate::api::state::AppState;
 use crate::auth::Permission;
-use crate::storage::analytics::{self, GroupBy};
+use crate::storage::analytics::{self, GroupBy, Period};
 
 /// Query parameters.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -60,40 +60,34 @@ pub async fn acceptance(
 ) -> Result<web::Json<AcceptanceResponse>, ApiError> {
     let principal = caller.require(Permission::ReadAnalytics)?;
     let query: AcceptanceQuery = parse_query(&request)?;
-    if let (Some(since), Some(until)) = (query.since, query.until)
-        && since >= until
-    {
-        return Err(ApiError::invalid(
-            "since",
-            format!("must be before until ({until})"),
-        ));
-    }
+    let period =
+        Period::new(query.since, query.until).map_err(|e| ApiError::invalid("since", e))?;
     let counts = analytics::acceptance(
         &state.analytics_pool,
-        principal.org.as_str(),
+        Some(principal.org.as_str()),
         query.group_by,
-        query.since,
-        query.until,
+        period,
     )
     .await?;
-    let rows = counts
-        .into_iter()
-        .map(|c| {
-            let (lo, hi) = bandit::interval::wilson(c.accepted as u64, c.shown as u64, 1.96)
-                .unwrap_or((0.0, 1.0));
-            AcceptanceRow {
-                rate: c.accepted as f64 / c.shown.max(1) as f64,
-                ci95: [lo, hi],
+    Ok(web::Json(AcceptanceResponse::new(query.group_by, counts)))
+}
+
+impl AcceptanceResponse {
+    /// The answer for counts grouped by `group_by` (also `arc-rec analytics acceptance --format
+    /// json`'s).
+    pub fn new(group_by: GroupBy, counts: Vec<analytics::AcceptanceCount>) -> Self {
+        let rows = counts
+            .into_iter()
+            .map(|c| AcceptanceRow {
+                rate: c.rate(),
+                ci95: c.ci95(),
                 key: c.key,
                 shown: c.shown,
                 accepted: c.accepted,
-            }
-        })
-        .collect();
-    Ok(web::Json(AcceptanceResponse {
-        group_by: query.group_by,
-        rows,
-    }))
+            })
+            .collect();
+        Self { group_by, rows }
+    }
 }
 
 /// Query parameters of the off-policy evaluation.
@@ -158,13 +152,10 @@ pub async fn ope(
             "must be heuristic, lowest_cost, uniform or type:<recommendation type>",
         )
     })?;
-    let rows = analytics::logged_tops(
-        &state.analytics_pool,
-        principal.org.as_str(),
-        query.since,
-        query.until,
-    )
-    .await?;
+    let period =
+        Period::new(query.since, query.until).map_err(|e| ApiError::invalid("since", e))?;
+    let rows =
+        analytics::logged_tops(&state.analytics_pool, principal.org.as_str(), period).await?;
     let log: Vec<LoggedDecision> = rows
         .into_iter()
         .filter_map(|row| {
