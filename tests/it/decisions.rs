@@ -210,3 +210,51 @@ async fn feedback_is_idempotent_and_joins_its_decision() {
         Some(FeedbackOutcome::Accepted)
     );
 }
+
+/// A connection that carried a bandit snapshot is closed, not returned to the pool (a pooled
+/// connection keeps its buffers at the largest message it ever carried: megabytes for every
+/// connection that once stored or read a snapshot), and the snapshot round-trips.
+#[tokio::test]
+async fn a_snapshot_s_connection_is_closed_not_pooled() {
+    use arc_rec::storage::bandit_state::{load_snapshots, save_snapshot};
+    let db = fresh_database().await;
+    let pool = db.pool();
+    sqlx::query("INSERT INTO organizations (org_id) VALUES ('acme')")
+        .execute(pool)
+        .await
+        .unwrap();
+    let state = serde_json::to_string(&json!({"weights": vec![0.5; 10_000]})).unwrap();
+    // An idle connection for the snapshot to take, so the pool opens none for it (a connection
+    // goes back to the idle queue shortly after its query, not at once).
+    let idle = || async {
+        sqlx::query("SELECT 1").execute(pool).await.unwrap();
+        for _ in 0..200 {
+            if pool.num_idle() >= 1 {
+                return pool.size();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("no idle connection");
+    };
+    let before = idle().await;
+    save_snapshot(pool, "acme", "v-test", 1, &state, 7)
+        .await
+        .unwrap();
+    assert_eq!(
+        pool.size(),
+        before - 1,
+        "the snapshot's connection was pooled"
+    );
+    let before = idle().await;
+    let loaded = load_snapshots(pool, "v-test").await.unwrap();
+    assert_eq!(pool.size(), before - 1, "the read's connection was pooled");
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(loaded[0].feedback_count, 7);
+    let round_trip: serde_json::Value = serde_json::from_str(&loaded[0].state).unwrap();
+    assert_eq!(
+        round_trip,
+        serde_json::from_str::<serde_json::Value>(&state).unwrap()
+    );
+    // The pool still serves after giving its connections up.
+    sqlx::query("SELECT 1").execute(pool).await.unwrap();
+}
