@@ -5,7 +5,9 @@ use clap::Args;
 
 use crate::api::request_schemas::RequestSchemas;
 use crate::api::state::AppState;
-use crate::api::{Application, DEFAULT_BODY_LIMIT, DEFAULT_HANDLING_TIMEOUT, ServerSettings};
+use crate::api::{
+    Application, DEFAULT_BODY_LIMIT, DEFAULT_HANDLING_TIMEOUT, DEFAULT_KEEP_ALIVE, ServerSettings,
+};
 use crate::auth::{KeyCache, RoleQuota, RoleQuotas, RoleRateLimit, RoleRateLimits};
 use crate::quota::QuotaLedger;
 use crate::recommend::exposure::ExposureCap;
@@ -48,6 +50,11 @@ pub struct ServeArgs {
     /// was acknowledged).
     #[arg(long, default_value_t = DEFAULT_HANDLING_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
     pub handling_timeout: f64,
+    /// Seconds an idle client connection is kept open. Keep it longer than the idle timeout of
+    /// the load balancer or client pool in front (AWS ALB: 60 s), so that they close idle
+    /// connections, never the server under a request they are sending.
+    #[arg(long, default_value_t = DEFAULT_KEEP_ALIVE.as_secs_f64(), value_parser = parse_timeout)]
+    pub keep_alive: f64,
 }
 
 fn parse_timeout(text: &str) -> Result<f64, String> {
@@ -115,6 +122,7 @@ pub async fn run(
     let settings = ServerSettings {
         listen: args.listen.clone(),
         workers,
+        keep_alive: std::time::Duration::from_secs_f64(args.keep_alive),
     };
     let app = Application::build(&settings, state)
         .with_context(|| format!("cannot listen on {}", args.listen))?;

@@ -298,6 +298,7 @@ pub async fn spawn_server(
     let settings = arc_rec::api::ServerSettings {
         listen: "127.0.0.1:0".into(),
         workers: 1,
+        keep_alive: arc_rec::api::DEFAULT_KEEP_ALIVE,
     };
     let app = arc_rec::api::Application::build(&settings, state).expect("bind");
     let address = format!("http://127.0.0.1:{}", app.port());
