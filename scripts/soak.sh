@@ -87,6 +87,9 @@ print(f"   {'endpoint':<16}{'sent':>8}{'errors':>8}{'p50 ms':>9}{'p99 ms':>9}{'m
 for name, e in load["endpoints"].items():
     fmt = lambda v: f"{v:9.1f}" if v is not None else f"{'-':>9}"
     print(f"   {name:<16}{e['sent']:>8}{e['errors']:>8}{fmt(e['p50_ms'])}{fmt(e['p99_ms'])}{fmt(e['max_ms'])}")
+if load.get("errors_by_kind"):
+    kinds = ", ".join(f"{kind}: {n}" for kind, n in load["errors_by_kind"].items())
+    print(f"   errors by kind (HTTP status, or why no answer came): {kinds}")
 start = rss[0][1]
 quarter = next(mb for s, mb in rss if s >= seconds // 4)
 end = rss[-1][1]

@@ -160,6 +160,10 @@ pub struct EndpointReport {
     pub sent: u64,
     pub ok: u64,
     pub errors: u64,
+    /// The errors by kind: the HTTP status, `timeout`, `no response (CAUSE)` or `not sent` (over
+    /// `--max-in-flight`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors_by_kind: BTreeMap<String, u64>,
     pub p50_ms: Option<f64>,
     pub p99_ms: Option<f64>,
     pub max_ms: Option<f64>,
@@ -172,6 +176,9 @@ pub struct LoadReport {
     pub sent: u64,
     pub ok: u64,
     pub errors: u64,
+    /// The errors by kind, as [`EndpointReport::errors_by_kind`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors_by_kind: BTreeMap<String, u64>,
     /// Completed requests per second over the measured window.
     pub achieved_rate: f64,
     /// Latency quantiles of the successful requests; `None` when none succeeded.
@@ -229,6 +236,9 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
     let waiting: Arc<Mutex<VecDeque<(String, String)>>> = Arc::default();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.max_in_flight)
+        // Below `serve --keep-alive` (75 s by default), as a client should be: a pooled
+        // connection reused at the moment the server closes it gets no answer.
+        .pool_idle_timeout(Duration::from_secs(30))
         .timeout(Duration::from_secs(10))
         .build()?;
     let interval = Duration::from_secs_f64(1.0 / f64::from(args.rate));
@@ -248,6 +258,7 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
         let Ok(permit) = in_flight.clone().try_acquire_owned() else {
             let answer = Answer {
                 endpoint,
+                failure: Some("not sent".to_owned()),
                 ..Answer::default()
             };
             let _ = tx.send((i, answer));
@@ -333,10 +344,16 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
                         status: Some(status.as_u16()),
                         event_id: event_id.filter(|_| want_events),
                         endpoint,
+                        failure: None,
                     }
                 }
-                Err(_) => Answer {
+                Err(err) => Answer {
                     endpoint,
+                    failure: Some(if err.is_timeout() {
+                        "timeout".to_owned()
+                    } else {
+                        format!("no response ({})", innermost_cause(&err))
+                    }),
                     ..Answer::default()
                 },
             };
@@ -349,11 +366,13 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
     let mut by_endpoint: BTreeMap<Endpoint, (EndpointReport, Vec<f64>)> = BTreeMap::new();
     let mut log = Vec::new();
     let (mut sent, mut errors) = (0u64, 0u64);
+    let mut errors_by_kind: BTreeMap<String, u64> = BTreeMap::new();
     while let Some((i, answer)) = rx.recv().await {
         let latency = answer
             .latency
             .filter(|_| answer.status.is_some_and(|s| (200..300).contains(&s)));
         let endpoint = answer.endpoint;
+        let (status, failure) = (answer.status, answer.failure.clone());
         if args.latency_log.is_some() {
             log.push((i, answer));
         }
@@ -372,6 +391,9 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
             None => {
                 errors += 1;
                 figures.errors += 1;
+                let kind = answer_kind(status, failure);
+                *figures.errors_by_kind.entry(kind.clone()).or_default() += 1;
+                *errors_by_kind.entry(kind).or_default() += 1;
             }
         }
     }
@@ -400,6 +422,7 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
         sent,
         ok: latencies.len() as u64,
         errors,
+        errors_by_kind,
         achieved_rate: latencies.len() as f64 / measured.max(1e-9),
         p50_ms: quantile(0.50),
         p90_ms: quantile(0.90),
@@ -422,6 +445,27 @@ struct Answer {
     status: Option<u16>,
     /// The `event_id` of a 2xx body (with `--latency-log` only).
     event_id: Option<String>,
+    /// Why no response came: `timeout`, `no response (CAUSE)` or `not sent`.
+    failure: Option<String>,
+}
+
+/// An unsuccessful answer's kind for [`EndpointReport::errors_by_kind`]: its status, else why
+/// none came.
+fn answer_kind(status: Option<u16>, failure: Option<String>) -> String {
+    match status {
+        Some(status) => status.to_string(),
+        None => failure.unwrap_or_else(|| "no response".to_owned()),
+    }
+}
+
+/// The last error of `err`'s source chain (e.g. "connection closed before message completed"),
+/// which says more than reqwest's "error sending request".
+fn innermost_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = err;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
 }
 
 impl Default for Answer {
@@ -431,6 +475,7 @@ impl Default for Answer {
             latency: None,
             status: None,
             event_id: None,
+            failure: None,
         }
     }
 }
