@@ -21,7 +21,8 @@
 #   (copies of a few thousand real ones, spread over the past hours). A first start replays the
 #   whole log and stores the learners' snapshots when stopped; a second start restores them and
 #   replays only what came after. Passes when the second start listens within 60 s and both
-#   stops stored snapshots that count every answer exactly once.
+#   stops stored snapshots that count every answer exactly once. Also prints how long
+#   `arc-rec analytics acceptance` takes per grouping on that log.
 # kill-during-checkpoint: a tiny `arc-rec train` run is SIGKILLed in the middle of writing its
 #   step-4 checkpoint; `--resume` continues from step 2 and ends with the same metrics, line for
 #   line but timings, as a run never killed.
@@ -186,6 +187,15 @@ SQL
   logged=$(sql -c "SELECT count(*) FROM decision_log")
   answers=$(sql -c "SELECT count(*) FROM feedback")
   echo "   fixture: $logged decisions, $answers answers, $(($(date +%s) - started)) s to write"
+  # What an analyst waits for on this log: `arc-rec analytics acceptance` per grouping, the whole
+  # process (connecting and the schema check included), the API's query and numbers.
+  timings=""
+  for group in cluster type provider source policy day; do
+    t0=$(date +%s.%N)
+    "$arc_rec" analytics acceptance --group-by "$group" > /dev/null 2>> "$work/setup.log"
+    timings="$timings $group $(python3 -c "import time; print(round(time.time() - $t0, 2))") s,"
+  done
+  echo "   acceptance on this log (arc-rec analytics acceptance, whole process):${timings%,}"
   # First start: the whole log.
   t0=$(date +%s.%N)
   server_log="$work/serve-full.log" server_start_timeout=3600 start_server --rate-limit platform=off
