@@ -216,7 +216,9 @@ import json, sys
 line = sys.stdin.readline()
 try:
     d = json.loads(line)
-    print(f"{d["restored"]} organizations restored, {d["replayed"]} rows replayed in {d["seconds"]:.1f} s")
+    # (no quotes inside the f-string: Python before 3.12 refuses them)
+    restored, replayed, seconds = d["restored"], d["replayed"], d["seconds"]
+    print(f"{restored} organizations restored, {replayed} rows replayed in {seconds:.1f} s")
 except ValueError:
     print(line.strip())'
   }
