@@ -221,7 +221,10 @@ impl ResponseError for ApiError {
 impl From<StorageError> for ApiError {
     fn from(err: StorageError) -> Self {
         if err.is_unavailable() {
-            tracing::warn!(error = ?anyhow::Error::new(err), "database unreachable");
+            // The chain only: under an outage this fires per request, and with RUST_BACKTRACE
+            // set a captured backtrace would be taken and symbolized each time (the first
+            // symbolization alone loads the binary's debug info, ~70 MB, heaptrack).
+            tracing::warn!(error = %telemetry::error_chain(&err), "database unreachable");
             ApiError::Unavailable("database unreachable".into())
         } else {
             ApiError::Internal(anyhow::Error::new(err))
