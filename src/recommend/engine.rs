@@ -151,22 +151,54 @@ impl CandidateEvidence {
     }
 }
 
-/// A priced model candidate's offset: its prior mean m plus its own correction, the answers'
-/// surprise shrunk as a random intercept's would be, Σ(answer − predicted)/(n₀ + n) with the
-/// prior worth n₀ = 0.25/max(s, [`MIN_PRIOR_SD`])² answers; and its prior sd s shrunk by its n
-/// answers, s/√(1 + n·s²/0.25).
+/// The key of a model version's pooled evidence in an evidence map (candidate ids start `c-`).
+pub fn version_key(model_version_id: &str) -> String {
+    format!("version:{model_version_id}")
+}
+
+/// Records one answer about a priced model candidate shown when `predicted` was predicted of it
+/// (see [`CandidateEvidence::record`]): under its candidate id and, when it has one, pooled under
+/// its model version's [`version_key`].
+pub fn record_evidence(
+    evidence: &mut std::collections::HashMap<String, CandidateEvidence>,
+    candidate_id: &str,
+    model_version_id: Option<&str>,
+    accepted: bool,
+    predicted: f64,
+) {
+    let keys = std::iter::once(candidate_id.to_owned()).chain(model_version_id.map(version_key));
+    for key in keys {
+        evidence.entry(key).or_default().record(accepted, predicted);
+    }
+}
+
+/// A priced model candidate's offset: its prior mean m plus the corrections its answers make,
+/// as random intercepts at two levels: its model version's, b = S_v/(25 + N_v) over the N_v
+/// answers to all of the version's candidates (no prior worth more than 25 answers), and its own
+/// beyond the version's, (S − n·b)/(n₀ + n) with the prior worth n₀ = 0.25/max(s,
+/// [`MIN_PRIOR_SD`])² answers (S: the sum of answer − predicted); and its prior sd s shrunk by
+/// its n answers, s/√(1 + n·s²/0.25).
 ///
 /// The shared model learns every answer (less m), so what a model idea teaches about its
-/// features carries over to the candidates that share them; the correction is what only this
-/// candidate's answers say — a recommender model tuned against a grader over those very
-/// features proposes exactly the ideas the features overrate, and the correction pulls such an
-/// idea down by its own evidence without waiting for the shared model.
-pub fn prior_offset(prior: CandidatePrior, evidence: CandidateEvidence) -> ScoreOffset {
+/// features carries over to the candidates that share them; the corrections are what only this
+/// version's and this candidate's answers say — a recommender model tuned against a grader over
+/// those very features proposes exactly the ideas the features overrate, so its version's
+/// answers pull all its ideas down, the unanswered ones too, and each idea's own answers pull it
+/// further; a version whose ideas beat their prediction lifts them all.
+pub fn prior_offset(
+    prior: CandidatePrior,
+    version: CandidateEvidence,
+    own: CandidateEvidence,
+) -> ScoreOffset {
     let floor = prior.sd.max(MIN_PRIOR_SD);
-    let n = f64::from(evidence.answers);
+    let version_shift = version.surprise
+        / (ANSWER_VARIANCE / (MIN_PRIOR_SD * MIN_PRIOR_SD) + f64::from(version.answers));
+    let n = f64::from(own.answers);
     let variance = prior.sd * prior.sd;
     ScoreOffset {
-        mean: prior.mean + evidence.surprise / (ANSWER_VARIANCE / (floor * floor) + n),
+        mean: prior.mean
+            + version_shift
+            + (own.surprise - n * version_shift) / (ANSWER_VARIANCE / (floor * floor) + n),
         sd: prior.sd / (1.0 + n * variance / ANSWER_VARIANCE).sqrt(),
     }
 }
@@ -178,8 +210,8 @@ pub fn no_evidence(_candidate_id: &str) -> CandidateEvidence {
 }
 
 /// The offsets to rank `candidates` with: [`prior_offset`] for each priced model candidate
-/// (`evidence` looks up what was learned about a candidate id), zero for the others; empty when
-/// none is priced, which ranks exactly as before priors existed.
+/// (`evidence` looks up what was learned about a candidate id or a [`version_key`]), zero for the
+/// others; empty when none is priced, which ranks exactly as before priors existed.
 pub fn offsets_for(
     candidates: &[(Candidate, Vec<f64>)],
     evidence: impl Fn(&str) -> CandidateEvidence,
@@ -191,7 +223,11 @@ pub fn offsets_for(
         .iter()
         .map(|(c, _)| {
             c.source.prior().map_or_else(ScoreOffset::default, |prior| {
-                prior_offset(prior, evidence(&c.candidate_id))
+                let version = c
+                    .source
+                    .model_version_id()
+                    .map_or_else(CandidateEvidence::default, |v| evidence(&version_key(v)));
+                prior_offset(prior, version, evidence(&c.candidate_id))
             })
         })
         .collect()
@@ -284,7 +320,11 @@ mod tests {
     #[test]
     fn an_unanswered_idea_is_drawn_from_its_prior() {
         let prior = CandidatePrior { mean: 0.7, sd: 0.2 };
-        let offset = prior_offset(prior, CandidateEvidence::default());
+        let offset = prior_offset(
+            prior,
+            CandidateEvidence::default(),
+            CandidateEvidence::default(),
+        );
         assert!((offset.mean - 0.7).abs() < 1e-12);
         assert!((offset.sd - 0.2).abs() < 1e-12);
     }
@@ -302,11 +342,15 @@ mod tests {
     fn an_ideas_own_surprise_corrects_its_prior_at_the_priors_weight() {
         // sd 0.5 is worth one answer: 4 answers 2.0 below prediction move it by 2/5.
         let prior = CandidatePrior { mean: 0.6, sd: 0.5 };
-        let offset = prior_offset(prior, evidence(4, -2.0));
+        let offset = prior_offset(prior, CandidateEvidence::default(), evidence(4, -2.0));
         assert!((offset.mean - (0.6 - 2.0 / 5.0)).abs() < 1e-12);
         assert!((offset.sd - 0.5 / 5.0f64.sqrt()).abs() < 1e-12);
         // Many answers: the correction is the mean surprise.
-        let offset = prior_offset(prior, evidence(10_000, -3_000.0));
+        let offset = prior_offset(
+            prior,
+            CandidateEvidence::default(),
+            evidence(10_000, -3_000.0),
+        );
         assert!((offset.mean - 0.3).abs() < 1e-3);
     }
 
@@ -317,13 +361,40 @@ mod tests {
             sd: 0.001,
         };
         // 25 answers averaging 0.9 below prediction take half of it off.
-        let offset = prior_offset(confident, evidence(25, -22.5));
+        let offset = prior_offset(confident, CandidateEvidence::default(), evidence(25, -22.5));
         assert!((offset.mean - 0.45).abs() < 1e-12);
         // An out-of-support idea (prior 0 ± 0) is corrected too, and never explored by its prior.
         let none = CandidatePrior { mean: 0.0, sd: 0.0 };
-        let offset = prior_offset(none, evidence(25, 5.0));
+        let offset = prior_offset(none, CandidateEvidence::default(), evidence(25, 5.0));
         assert!((offset.mean - 0.1).abs() < 1e-12);
         assert_eq!(offset.sd, 0.0);
+    }
+
+    #[test]
+    fn a_versions_answers_correct_its_unanswered_ideas_and_its_answered_ones_beyond() {
+        let prior = CandidatePrior { mean: 0.6, sd: 0.1 };
+        // 75 answers to the version, 0.4 below prediction on average: b = −30/(25 + 75).
+        let version = evidence(75, -30.0);
+        let unanswered = prior_offset(prior, version, CandidateEvidence::default());
+        assert!((unanswered.mean - 0.3).abs() < 1e-12);
+        // An idea answered 25 times as its version's ideas were gets b; one answered as
+        // predicted gets half of b back (its prior is worth 25 answers).
+        let as_version = prior_offset(prior, version, evidence(25, -7.5));
+        assert!((as_version.mean - 0.3).abs() < 1e-12);
+        let as_predicted = prior_offset(prior, version, evidence(25, 0.0));
+        assert!((as_predicted.mean - 0.45).abs() < 1e-12);
+    }
+
+    #[test]
+    fn evidence_is_recorded_per_candidate_and_pooled_per_version() {
+        let mut map = std::collections::HashMap::new();
+        record_evidence(&mut map, "c-1", Some("v1"), true, 0.5);
+        record_evidence(&mut map, "c-2", Some("v1"), false, 0.5);
+        record_evidence(&mut map, "c-3", None, false, 0.5);
+        assert_eq!(map["c-1"].answers, 1);
+        assert_eq!(map[&version_key("v1")].answers, 2);
+        assert_eq!(map[&version_key("v1")].surprise, 0.0);
+        assert_eq!(map.len(), 4);
     }
 
     #[test]

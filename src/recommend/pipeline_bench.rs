@@ -22,7 +22,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::benchmark::input_of;
-use super::engine::{CandidateEvidence, Prepared, RecommendError, learning_reward, prepare, rank};
+use super::engine::{
+    CandidateEvidence, Prepared, RecommendError, learning_reward, prepare, rank, record_evidence,
+};
 use super::features::layout;
 use super::placement::place;
 use crate::candidates::CandidateIndex;
@@ -123,7 +125,8 @@ struct Arm {
     menu: usize,
     policy: Option<Box<ThompsonPolicy>>,
     pending: Vec<Observation>,
-    /// Each priced candidate id's own evidence (its correction δ, as in serving).
+    /// Each priced candidate id's own evidence, and each model version's pooled (its
+    /// corrections, as in serving).
     evidence: HashMap<String, CandidateEvidence>,
     rng: ChaCha8Rng,
     truth: Vec<f64>,
@@ -316,11 +319,13 @@ fn play(
     };
     let prior = candidate.source.prior();
     if let Some(prior) = prior {
-        let predicted = predicted.unwrap_or(prior.mean);
-        arm.evidence
-            .entry(candidate.candidate_id.clone())
-            .or_default()
-            .record(answer.accepted, predicted);
+        record_evidence(
+            &mut arm.evidence,
+            &candidate.candidate_id,
+            candidate.source.model_version_id(),
+            answer.accepted,
+            predicted.unwrap_or(prior.mean),
+        );
     }
     arm.pending.push(Observation {
         id: format!("{round}"),

@@ -31,6 +31,7 @@ use super::candidate_log::{self, CandidateEntry, CandidateLogError};
 use super::decision_writer::{DecisionWriteError, DecisionWriter};
 use super::engine::{
     CandidateEvidence, RecommendError, RecommendInput, Shown, learning_reward, prepare, rank,
+    record_evidence,
 };
 use super::exposure::{Exposure, ExposureCap};
 use super::features::{layout, policy_config};
@@ -161,7 +162,8 @@ struct OrgServing {
     clusters: RwLock<Option<Arc<ClusterModel>>>,
     /// The recommender model's candidates, by cluster (`None`: for every cluster).
     model_candidates: RwLock<Arc<ModelCandidates>>,
-    /// Each priced model candidate's own evidence (by candidate id): its answers and their
+    /// Each priced model candidate's own evidence (by candidate id, and pooled by model version
+    /// under `engine::version_key`): its answers and their
     /// surprise, which correct its prior (`engine::prior_offset`).
     evidence: RwLock<HashMap<String, CandidateEvidence>>,
     /// Decisions headed by each model version and answers about its candidates (the exposure
@@ -697,13 +699,13 @@ impl Serving {
             )
         });
         if let Some((candidate, accepted, predicted)) = &evidence {
-            state
-                .evidence
-                .write()
-                .map_err(|_| poisoned())?
-                .entry(candidate.clone())
-                .or_default()
-                .record(*accepted, *predicted);
+            record_evidence(
+                &mut *state.evidence.write().map_err(|_| poisoned())?,
+                candidate,
+                row.model_version_id.as_deref(),
+                *accepted,
+                *predicted,
+            );
         }
         let lesson = Lesson {
             row: LearnedRow {

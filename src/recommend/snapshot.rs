@@ -20,7 +20,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::engine::CandidateEvidence;
+use super::engine::{CandidateEvidence, record_evidence};
 
 /// The snapshot format this code writes and reads (`bandit_state.state_version`).
 pub const SNAPSHOT_FORMAT: i32 = 1;
@@ -48,7 +48,8 @@ pub struct Lesson {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ledger {
-    /// Each priced model candidate's evidence, by candidate id.
+    /// Each priced model candidate's evidence, by candidate id, and pooled by model version
+    /// (`engine::version_key`).
     pub evidence: HashMap<String, CandidateEvidence>,
     /// Answers about each model version's candidates.
     pub answers: HashMap<String, u64>,
@@ -64,11 +65,14 @@ pub struct Ledger {
 impl Ledger {
     /// Records one lesson the policy has just learned.
     pub fn record(&mut self, lesson: Lesson) {
-        if let Some((candidate_id, accepted, predicted)) = lesson.evidence {
-            self.evidence
-                .entry(candidate_id)
-                .or_default()
-                .record(accepted, predicted);
+        if let Some((candidate_id, accepted, predicted)) = &lesson.evidence {
+            record_evidence(
+                &mut self.evidence,
+                candidate_id,
+                lesson.model_version.as_deref(),
+                *accepted,
+                *predicted,
+            );
         }
         if let Some(version) = lesson.model_version {
             *self.answers.entry(version).or_insert(0) += 1;
@@ -185,6 +189,8 @@ mod tests {
         assert_eq!(ledger.answers["mv"], 4);
         assert_eq!(ledger.evidence["c-1"].answers, 4);
         assert!((ledger.evidence["c-1"].surprise - 3.0).abs() < 1e-12);
+        let pooled = ledger.evidence[&crate::recommend::engine::version_key("mv")];
+        assert_eq!(pooled.answers, 4);
     }
 
     #[test]
