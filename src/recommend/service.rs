@@ -163,8 +163,8 @@ struct OrgServing {
     /// The recommender model's candidates, by cluster (`None`: for every cluster).
     model_candidates: RwLock<Arc<ModelCandidates>>,
     /// Each priced model candidate's own evidence (by candidate id, and pooled by model version
-    /// under `engine::version_key`): its answers and their
-    /// surprise, which correct its prior (`engine::prior_offset`).
+    /// under `engine::version_key`): its answers and their surprise, which correct its prior
+    /// (`engine::prior_offset`).
     evidence: RwLock<HashMap<String, CandidateEvidence>>,
     /// Decisions headed by each model version and answers about its candidates (the exposure
     /// cap on new versions).
