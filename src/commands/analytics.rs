@@ -6,7 +6,7 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use crate::api::routes::analytics::AcceptanceResponse;
 use crate::storage::Database;
-use crate::storage::analytics::{self, GroupBy, Period};
+use crate::storage::analytics::{self, GroupBy, Period, Scope};
 
 /// `arc-rec analytics ...`.
 #[derive(Debug, Subcommand)]
@@ -32,6 +32,9 @@ pub struct AcceptanceArgs {
     /// One organization's numbers; without it, every organization's together.
     #[arg(long)]
     pub org: Option<String>,
+    /// Only decisions placed in this failure cluster.
+    #[arg(long)]
+    pub cluster: Option<String>,
     /// How to print them.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -91,9 +94,12 @@ pub async fn run(command: &AnalyticsCommand, database: &Database) -> anyhow::Res
             let period = Period::new(args.since, args.until)
                 .map_err(|err| anyhow::anyhow!("--since: {err}"))?;
             let group_by = GroupBy::from(args.group_by);
-            let counts =
-                analytics::acceptance(database.pool(), args.org.as_deref(), group_by, period)
-                    .await?;
+            let scope = Scope {
+                org: args.org.as_deref(),
+                period,
+                cluster: args.cluster.as_deref(),
+            };
+            let counts = analytics::acceptance(database.pool(), scope, group_by).await?;
             let response = AcceptanceResponse::new(group_by, counts);
             print!("{}", render(&response, args.format)?);
             Ok(())

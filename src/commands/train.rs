@@ -453,7 +453,36 @@ fn summarize(lines: &[MetricsLine]) -> Value {
     json!({
         "last_rl_step": last_rl,
         "last_warmup_loss": last_warmup.map(|s| s.loss),
+        "rl_curve": rl_curve(&steps),
     })
+}
+
+/// Most points of the RL curve a run's summary keeps (the database's copy of it, which the
+/// dashboard draws; `metrics.jsonl` keeps every step).
+const RL_CURVE_POINTS: usize = 100;
+
+/// The RL steps' pass@1, pass@k and mean reward, averaged over consecutive bins so that at most
+/// [`RL_CURVE_POINTS`] remain; each point is at its bin's last step.
+fn rl_curve(steps: &[&StepMetrics]) -> Vec<Value> {
+    let rl: Vec<(u64, &crate::training::metrics::RlMetrics)> = steps
+        .iter()
+        .filter_map(|s| s.rl.as_ref().map(|rl| (s.step, rl)))
+        .collect();
+    let bin = rl.len().div_ceil(RL_CURVE_POINTS).max(1);
+    rl.chunks(bin)
+        .filter_map(|chunk| {
+            let (step, _) = chunk.last()?;
+            let mean = |f: fn(&crate::training::metrics::RlMetrics) -> f64| {
+                chunk.iter().map(|(_, rl)| f(rl)).sum::<f64>() / chunk.len() as f64
+            };
+            Some(json!({
+                "step": step,
+                "pass_at_1": mean(|rl| rl.pass_at_1),
+                "pass_at_k": mean(|rl| rl.pass_at_k),
+                "reward_mean": mean(|rl| rl.reward_mean),
+            }))
+        })
+        .collect()
 }
 
 fn absolute(path: &Path) -> PathBuf {

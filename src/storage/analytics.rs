@@ -76,32 +76,152 @@ impl Period {
     }
 }
 
-/// Acceptance counts of shown recommendations by `group_by` over `period`, most shown first:
-/// `org`'s, or every organization's together when `None` (operators' CLI). Read from the counts
-/// kept as decisions and answers are written (sql/0015), so its cost grows with days × groups,
-/// not with the log.
+/// Which decisions an analyst query counts: one organization's (or, for operators' CLI, every
+/// organization's together when `org` is `None`), in a period, optionally in one failure cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scope<'a> {
+    pub org: Option<&'a str>,
+    pub period: Period,
+    pub cluster: Option<&'a str>,
+}
+
+/// Acceptance counts of shown recommendations in `scope` by `group_by`, most shown first. Read
+/// from the counts kept as decisions and answers are written (sql/0015), so its cost grows with
+/// days × groups, not with the log.
 pub async fn acceptance(
     pool: &PgPool,
-    org: Option<&str>,
+    scope: Scope<'_>,
     group_by: GroupBy,
-    period: Period,
 ) -> Result<Vec<AcceptanceCount>, StorageError> {
     // The column comes from a closed enum, never from the client's text.
     let sql = format!(
         "SELECT {col} AS key, sum(shown)::bigint AS shown, sum(accepted)::bigint AS accepted
          FROM analyst_acceptance_counts
-         WHERE ($1::text IS NULL OR org_id = $1)
-           AND ($2::date IS NULL OR day >= $2) AND ($3::date IS NULL OR day < $3)
+         WHERE {SCOPE_WHERE}
          GROUP BY 1 ORDER BY shown DESC, key",
         col = group_by.column()
     );
-    sqlx::query_as(&sql)
-        .bind(org)
-        .bind(period.since)
-        .bind(period.until)
+    bind_scope(sqlx::query_as(&sql), scope)
         .fetch_all(pool)
         .await
         .context("acceptance analytics")
+}
+
+/// The filter every counts query shares: $1 organization, $2–$3 period, $4 cluster.
+const SCOPE_WHERE: &str = "($1::text IS NULL OR org_id = $1)
+           AND ($2::date IS NULL OR day >= $2) AND ($3::date IS NULL OR day < $3)
+           AND ($4::text IS NULL OR cluster_id = $4)";
+
+fn bind_scope<'q, O>(
+    query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    scope: Scope<'q>,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    query
+        .bind(scope.org)
+        .bind(scope.period.since)
+        .bind(scope.period.until)
+        .bind(scope.cluster)
+}
+
+/// Shown and accepted counts of one series (a value of the grouping) on one day.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct DailyCount {
+    pub day: NaiveDate,
+    pub series: String,
+    pub shown: i64,
+    pub accepted: i64,
+}
+
+impl DailyCount {
+    /// The day's counts as an [`AcceptanceCount`] keyed by the series (for its rate and interval).
+    pub fn counts(&self) -> AcceptanceCount {
+        AcceptanceCount {
+            key: self.series.clone(),
+            shown: self.shown,
+            accepted: self.accepted,
+        }
+    }
+}
+
+/// Acceptance counts in `scope` per day and per value of `series` (e.g. each policy version's
+/// line over time), by day then series.
+pub async fn acceptance_by_day(
+    pool: &PgPool,
+    scope: Scope<'_>,
+    series: GroupBy,
+) -> Result<Vec<DailyCount>, StorageError> {
+    let sql = format!(
+        "SELECT day, {col} AS series, sum(shown)::bigint AS shown, sum(accepted)::bigint AS accepted
+         FROM analyst_acceptance_counts
+         WHERE {SCOPE_WHERE}
+         GROUP BY 1, 2 ORDER BY 1, 2",
+        col = series.column()
+    );
+    bind_scope(sqlx::query_as(&sql), scope)
+        .fetch_all(pool)
+        .await
+        .context("acceptance analytics by day")
+}
+
+/// A failure cluster some decision of the organization was placed in, with its label where the
+/// clustering model still has it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ClusterName {
+    pub cluster_id: String,
+    pub label: Option<String>,
+}
+
+/// The clusters `org`'s counted decisions fall in (a dashboard's cluster filter).
+pub async fn counted_clusters(pool: &PgPool, org: &str) -> Result<Vec<ClusterName>, StorageError> {
+    sqlx::query_as(
+        "SELECT c.cluster_id, f.label
+         FROM (SELECT DISTINCT cluster_id FROM analyst_acceptance_counts WHERE org_id = $1) AS c
+         LEFT JOIN failure_clusters f ON f.org_id = $1 AND f.cluster_id = c.cluster_id
+         ORDER BY c.cluster_id",
+    )
+    .bind(org)
+    .fetch_all(pool)
+    .await
+    .context("list the counted clusters")
+}
+
+/// What the platform reported about the accepted recommendations of one group: how many
+/// accepted items carried a reliability delta with their first accepting answer, and the mean.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ReportedReliability {
+    pub key: String,
+    pub accepted: i64,
+    pub reported: i64,
+    pub reliability_delta_sum: f64,
+}
+
+impl ReportedReliability {
+    /// The mean reported delta (`None` when no accepted item carried one).
+    pub fn mean(&self) -> Option<f64> {
+        (self.reported > 0).then(|| self.reliability_delta_sum / self.reported as f64)
+    }
+}
+
+/// The reliability deltas reported with the accepted recommendations in `scope` by
+/// `group_by`, from the same counts as [`acceptance`] (sql/0018).
+pub async fn accepted_reliability(
+    pool: &PgPool,
+    scope: Scope<'_>,
+    group_by: GroupBy,
+) -> Result<Vec<ReportedReliability>, StorageError> {
+    let sql = format!(
+        "SELECT {col} AS key, sum(accepted)::bigint AS accepted,
+                sum(reliability_reported)::bigint AS reported,
+                sum(reliability_delta_sum)::float8 AS reliability_delta_sum
+         FROM analyst_acceptance_counts
+         WHERE {SCOPE_WHERE}
+         GROUP BY 1 HAVING sum(accepted) > 0 ORDER BY accepted DESC, key",
+        col = group_by.column()
+    );
+    bind_scope(sqlx::query_as(&sql), scope)
+        .fetch_all(pool)
+        .await
+        .context("reliability deltas of accepted recommendations")
 }
 
 /// A logged top recommendation for off-policy evaluation.

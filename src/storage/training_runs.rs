@@ -91,3 +91,31 @@ pub async fn upsert_model_version(
     .context("record the model version")?;
     Ok(())
 }
+
+/// A recorded run as the dashboard lists it.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct RecordedRun {
+    pub run_id: String,
+    pub status: String,
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The run's summary (`RUN_DIR/summary.json`) once finished, its error when it failed.
+    pub metrics: Option<Value>,
+}
+
+/// `org`'s newest `limit` runs, newest first.
+pub async fn recent_runs(
+    pool: &PgPool,
+    org: &str,
+    limit: i64,
+) -> Result<Vec<RecordedRun>, StorageError> {
+    sqlx::query_as(
+        "SELECT run_id, status, started_at, finished_at, metrics FROM training_runs
+         WHERE org_id = $1 ORDER BY started_at DESC, run_id LIMIT $2",
+    )
+    .bind(org)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+    .context("list the training runs")
+}

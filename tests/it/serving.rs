@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::helpers::{TestApp, arc_rec, contract_lines, contract_request, spawn_app};
 
 /// Posts the contract request with the platform key and returns the response body.
-async fn recommend_contract(app: &TestApp) -> Value {
+pub(crate) async fn recommend_contract(app: &TestApp) -> Value {
     app.post(
         "/v1/recommendations",
         Some(&app.platform_key),
@@ -21,7 +21,7 @@ async fn recommend_contract(app: &TestApp) -> Value {
     .unwrap()
 }
 
-async fn with_contract_data() -> TestApp {
+pub(crate) async fn with_contract_data() -> TestApp {
     let app = spawn_app().await;
     let records = Value::Array(
         contract_lines()
@@ -257,7 +257,7 @@ async fn wrong_embedding_dimension_is_named() {
 
 /// Serves `n` contract requests and answers each: `answer(i)` picks the position of the
 /// recommendation the feedback is about and its outcome; every feedback must be stored (201).
-async fn serve_and_answer(
+pub(crate) async fn serve_and_answer(
     app: &TestApp,
     n: usize,
     answer: impl Fn(usize) -> (usize, &'static str),
@@ -559,10 +559,16 @@ async fn acceptance_counts_equal_the_row_level_truth_under_concurrent_answers() 
         let event = body["event_id"].clone();
         // Item 0: accepted and applied at once; item 1: rejected then (maybe) accepted; item 2
         // of every third decision: applied only.
-        answers
-            .push(json!({"event_id": event, "recommendation_id": item(0), "outcome": "accepted"}));
-        answers
-            .push(json!({"event_id": event, "recommendation_id": item(0), "outcome": "applied"}));
+        // The platform reports the same measured reliability delta with both answers.
+        let delta = f64::from(i) / 100.0 - 0.05;
+        answers.push(
+            json!({"event_id": event, "recommendation_id": item(0), "outcome": "accepted",
+                            "reliability_delta": delta}),
+        );
+        answers.push(
+            json!({"event_id": event, "recommendation_id": item(0), "outcome": "applied",
+                            "reliability_delta": delta}),
+        );
         answers
             .push(json!({"event_id": event, "recommendation_id": item(1), "outcome": "rejected"}));
         if i % 2 == 0 {
@@ -572,7 +578,8 @@ async fn acceptance_counts_equal_the_row_level_truth_under_concurrent_answers() 
         }
         if i % 3 == 0 {
             answers.push(
-                json!({"event_id": event, "recommendation_id": item(2), "outcome": "applied"}),
+                json!({"event_id": event, "recommendation_id": item(2), "outcome": "applied",
+                                "reliability_delta": 0.2}),
             );
         }
     }
@@ -613,14 +620,40 @@ async fn acceptance_counts_equal_the_row_level_truth_under_concurrent_answers() 
             .fetch_all(app.db.pool())
             .await
             .unwrap();
+            let scope = analytics::Scope {
+                org: Some("acme"),
+                ..Default::default()
+            };
             let counted: Vec<(String, i64, i64)> =
-                analytics::acceptance(app.db.pool(), Some("acme"), group_by, Default::default())
+                analytics::acceptance(app.db.pool(), scope, group_by)
                     .await
                     .unwrap()
                     .into_iter()
                     .map(|c| (c.key, c.shown, c.accepted))
                     .collect();
             assert_eq!(counted, truth, "{group_by:?}");
+            // Reported reliability deltas of the accepted items: count and sum (in micro-units,
+            // as the two sums add in different orders).
+            let truth: Vec<(String, i64, i64, i64)> = sqlx::query_as(&format!(
+                "SELECT {column}, count(*), count(reliability_delta),
+                        round(coalesce(sum(reliability_delta), 0) * 1e6)::bigint
+                 FROM analyst_shown_recommendations WHERE org_id = 'acme' AND accepted
+                 GROUP BY 1 ORDER BY 2 DESC, 1"
+            ))
+            .fetch_all(app.db.pool())
+            .await
+            .unwrap();
+            let counted: Vec<(String, i64, i64, i64)> =
+                analytics::accepted_reliability(app.db.pool(), scope, group_by)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| {
+                        let micro = (r.reliability_delta_sum * 1e6).round() as i64;
+                        (r.key, r.accepted, r.reported, micro)
+                    })
+                    .collect();
+            assert_eq!(counted, truth, "{group_by:?} reliability");
         }
     };
     check().await;

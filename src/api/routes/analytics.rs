@@ -10,7 +10,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::Caller;
 use crate::api::state::AppState;
 use crate::auth::Permission;
-use crate::storage::analytics::{self, GroupBy, Period};
+use crate::storage::analytics::{self, GroupBy, Period, Scope};
 
 /// Query parameters.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -24,6 +24,8 @@ pub struct AcceptanceQuery {
     pub since: Option<NaiveDate>,
     /// First day excluded (YYYY-MM-DD, UTC).
     pub until: Option<NaiveDate>,
+    /// Only decisions placed in this failure cluster.
+    pub cluster: Option<String>,
 }
 
 /// Acceptance by group.
@@ -62,13 +64,12 @@ pub async fn acceptance(
     let query: AcceptanceQuery = parse_query(&request)?;
     let period =
         Period::new(query.since, query.until).map_err(|e| ApiError::invalid("since", e))?;
-    let counts = analytics::acceptance(
-        &state.analytics_pool,
-        Some(principal.org.as_str()),
-        query.group_by,
+    let scope = Scope {
+        org: Some(principal.org.as_str()),
         period,
-    )
-    .await?;
+        cluster: query.cluster.as_deref(),
+    };
+    let counts = analytics::acceptance(&state.analytics_pool, scope, query.group_by).await?;
     Ok(web::Json(AcceptanceResponse::new(query.group_by, counts)))
 }
 
