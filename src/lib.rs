@@ -10,6 +10,7 @@ pub mod candidates;
 pub mod cli;
 pub mod clustering;
 pub mod commands;
+pub mod dashboard;
 pub mod domain;
 pub mod export;
 pub mod ingest;

@@ -45,25 +45,31 @@ impl FromRequest for Caller {
             let token = token.ok_or(ApiError::Unauthorized)?;
             let state = state
                 .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("application state missing")))?;
-            let principal = state.keys.authenticate(&state.pool, &token).await?;
-            if let Some(limit) = principal
-                .rate_limit
-                .or_else(|| state.rate_limits.of(principal.role))
-            {
-                state
-                    .limiter
-                    .admit(&principal.key_id, limit, Instant::now())
-                    .map_err(|wait| ApiError::RateLimited { retry_after: wait })?;
-            }
-            if let Some(quota) = principal
-                .daily_quota
-                .or_else(|| state.quotas.of(principal.role))
-            {
-                admit_within_quota(&state, &principal, quota).await?;
-            }
-            Ok(Caller(principal))
+            admit(&state, &token).await
         })
     }
+}
+
+/// Authenticates `token` and counts the request against the key's rate limit and daily quota:
+/// the one door every key passes, whether it came in a header or a dashboard cookie.
+pub async fn admit(state: &AppState, token: &str) -> Result<Caller, ApiError> {
+    let principal = state.keys.authenticate(&state.pool, token).await?;
+    if let Some(limit) = principal
+        .rate_limit
+        .or_else(|| state.rate_limits.of(principal.role))
+    {
+        state
+            .limiter
+            .admit(&principal.key_id, limit, Instant::now())
+            .map_err(|wait| ApiError::RateLimited { retry_after: wait })?;
+    }
+    if let Some(quota) = principal
+        .daily_quota
+        .or_else(|| state.quotas.of(principal.role))
+    {
+        admit_within_quota(state, &principal, quota).await?;
+    }
+    Ok(Caller(principal))
 }
 
 /// Counts one request against the key's daily quota, reading the key's stored usage first when

@@ -78,7 +78,8 @@ impl Application {
                 .into_utoipa_app()
                 .configure(routes_config)
                 .split_for_parts();
-            app.default_service(web::to(unmatched))
+            app.configure(routes::dashboard::configure)
+                .default_service(web::to(unmatched))
         })
         .workers(settings.workers.max(1))
         .keep_alive(settings.keep_alive)

@@ -15,6 +15,8 @@ mod candidates;
 mod cli;
 /// Failure clustering on a simulated world: quality, stable ids, request-time placement.
 mod cluster;
+/// The analysts' dashboard in a browser: sign-in, figures against SQL, the API and the CLI.
+mod dashboard;
 /// The decision log and feedback storage.
 mod decisions;
 /// The embedded cluster's settings.

@@ -1,0 +1,482 @@
+//! The analysts' dashboard: what it shows (`Dashboard::load`, from `storage::analytics` and
+//! `storage::training_runs`, the same query code as the API and the CLI) and the server-rendered
+//! HTML with inline SVG charts (`page`, no scripts, no front-end build). HTTP-free: the routes
+//! in `api::routes::dashboard` authenticate, parse the filters and call these.
+
+pub mod svg;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use chrono::NaiveDate;
+use serde_json::Value;
+use sqlx::PgPool;
+
+use crate::storage::StorageError;
+use crate::storage::analytics::{
+    self, AcceptanceCount, ClusterName, DailyCount, GroupBy, Period, ReportedReliability, Scope,
+};
+use crate::storage::training_runs::{self, RecordedRun};
+use svg::{Bar, Line};
+
+/// How many of the newest training runs the dashboard lists (and draws the first few of).
+pub const RUNS_LISTED: i64 = 10;
+/// How many runs get their RL curve drawn.
+const RUN_CURVES: usize = 3;
+
+/// What an analyst chose to look at: a period and optionally one failure cluster of the key's
+/// organization.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filters {
+    pub period: Period,
+    pub cluster: Option<String>,
+}
+
+/// Everything one dashboard page shows, for one organization.
+#[derive(Debug, Clone)]
+pub struct Dashboard {
+    pub org: String,
+    pub filters: Filters,
+    /// The clusters the organization's counted decisions fall in (the cluster filter's choices).
+    pub clusters: Vec<ClusterName>,
+    /// Acceptance per day and policy version.
+    pub by_day_and_policy: Vec<DailyCount>,
+    pub by_source: Vec<AcceptanceCount>,
+    pub by_cluster: Vec<AcceptanceCount>,
+    pub by_type: Vec<AcceptanceCount>,
+    pub by_provider: Vec<AcceptanceCount>,
+    pub reliability_by_source: Vec<ReportedReliability>,
+    pub reliability_by_type: Vec<ReportedReliability>,
+    pub runs: Vec<RecordedRun>,
+}
+
+impl Dashboard {
+    /// Reads the page's figures for `org` (all queries at once, on `pool`).
+    pub async fn load(pool: &PgPool, org: &str, filters: Filters) -> Result<Self, StorageError> {
+        let scope = Scope {
+            org: Some(org),
+            period: filters.period,
+            cluster: filters.cluster.as_deref(),
+        };
+        let (clusters, by_day_and_policy, by_source, by_cluster, by_type, by_provider) = tokio::try_join!(
+            analytics::counted_clusters(pool, org),
+            analytics::acceptance_by_day(pool, scope, GroupBy::PolicyVersion),
+            analytics::acceptance(pool, scope, GroupBy::Source),
+            analytics::acceptance(pool, scope, GroupBy::Cluster),
+            analytics::acceptance(pool, scope, GroupBy::Type),
+            analytics::acceptance(pool, scope, GroupBy::Provider),
+        )?;
+        let (reliability_by_source, reliability_by_type, runs) = tokio::try_join!(
+            analytics::accepted_reliability(pool, scope, GroupBy::Source),
+            analytics::accepted_reliability(pool, scope, GroupBy::Type),
+            training_runs::recent_runs(pool, org, RUNS_LISTED),
+        )?;
+        Ok(Self {
+            org: org.to_owned(),
+            filters,
+            clusters,
+            by_day_and_policy,
+            by_source,
+            by_cluster,
+            by_type,
+            by_provider,
+            reliability_by_source,
+            reliability_by_type,
+            runs,
+        })
+    }
+
+    /// Shown and accepted over everything in scope (every grouping sums to it).
+    pub fn total(&self) -> AcceptanceCount {
+        AcceptanceCount {
+            key: "all".to_owned(),
+            shown: self.by_type.iter().map(|c| c.shown).sum(),
+            accepted: self.by_type.iter().map(|c| c.accepted).sum(),
+        }
+    }
+
+    /// A cluster's name as the dashboard writes it: its id, and its label where known.
+    fn cluster_name(&self, id: &str) -> String {
+        match self.clusters.iter().find(|c| c.cluster_id == id) {
+            Some(ClusterName {
+                label: Some(label), ..
+            }) if label != id => format!("{id} ({label})"),
+            _ => id.to_owned(),
+        }
+    }
+}
+
+/// HTML-escapes text for an element's content or a quoted attribute.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:1.5em auto;max-width:1560px;color:#222}\
+h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ccc}\
+.grid{display:flex;flex-wrap:wrap;gap:12px}.chart{background:#fafafa;border:1px solid #eee}\
+table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}\
+td:first-child,th:first-child{text-align:left}form.filters{background:#f4f4f4;padding:8px;display:flex;gap:12px;align-items:end;flex-wrap:wrap}\
+form.filters label{display:flex;flex-direction:column;font-size:0.85em}.note{color:#555;font-size:0.9em}\
+.headline{font-size:1.1em}.error{color:#a00}";
+
+fn document(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\"><title>{}</title><style>{STYLE}</style></head><body>{body}</body></html>",
+        escape(title)
+    )
+}
+
+/// The login form: an analyst or admin key, kept by the browser in an HttpOnly cookie.
+pub fn login_page(error: Option<&str>) -> String {
+    let error = error.map_or(String::new(), |e| {
+        format!("<p class=\"error\" role=\"alert\">{}</p>", escape(e))
+    });
+    document(
+        "arc-rec dashboard: sign in",
+        &format!(
+            "<h1>arc-rec dashboard</h1>{error}<form method=\"post\" action=\"/dashboard/login\">\
+             <label>API key (analyst or admin)<br><input type=\"password\" name=\"key\" autocomplete=\"current-password\" size=\"60\" required></label> \
+             <button type=\"submit\">Sign in</button></form>\
+             <p class=\"note\">The key is kept in an HttpOnly cookie for this browser session; sign out from the dashboard.</p>"
+        ),
+    )
+}
+
+/// A page for an error the browser should read (a bad filter, a key without the permission).
+pub fn error_page(title: &str, message: &str) -> String {
+    document(
+        title,
+        &format!(
+            "<h1>{}</h1><p class=\"error\" role=\"alert\">{}</p><p><a href=\"/dashboard\">Back to the dashboard</a></p>",
+            escape(title),
+            escape(message)
+        ),
+    )
+}
+
+fn bars(counts: &[AcceptanceCount], name: impl Fn(&str) -> String) -> Vec<Bar> {
+    counts
+        .iter()
+        .map(|c| Bar {
+            label: name(&c.key),
+            rate: c.rate(),
+            ci95: c.ci95(),
+            count: c.shown,
+        })
+        .collect()
+}
+
+/// Lines per series over the days that have any count (the shared axis).
+fn lines_by_day(counts: &[DailyCount]) -> (Vec<String>, Vec<Line>) {
+    let days: Vec<NaiveDate> = counts
+        .iter()
+        .map(|c| c.day)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut series: BTreeMap<&str, Line> = BTreeMap::new();
+    for c in counts {
+        let index = days.binary_search(&c.day).unwrap_or_default();
+        let counts = c.counts();
+        series
+            .entry(c.series.as_str())
+            .or_insert_with(|| Line {
+                label: c.series.clone(),
+                points: Vec::new(),
+            })
+            .points
+            .push((index, counts.rate(), counts.ci95(), c.shown));
+    }
+    (
+        days.iter().map(ToString::to_string).collect(),
+        series.into_values().collect(),
+    )
+}
+
+fn reliability_table(title: &str, rows: &[ReportedReliability]) -> String {
+    let mut html = format!(
+        "<table class=\"reliability\"><caption>{}</caption><tr><th>group</th><th>accepted</th><th>with a reported delta</th><th>mean reliability delta</th></tr>",
+        escape(title)
+    );
+    if rows.is_empty() {
+        html.push_str("<tr><td colspan=\"4\">no accepted recommendations in this period</td></tr>");
+    }
+    for row in rows {
+        let mean = row.mean().map_or("–".to_owned(), |m| format!("{m:+.3}"));
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{mean}</td></tr>",
+            escape(&row.key),
+            row.accepted,
+            row.reported
+        );
+    }
+    html.push_str("</table>");
+    html
+}
+
+fn metric(run: &RecordedRun, key: &str) -> Option<f64> {
+    run.metrics
+        .as_ref()?
+        .pointer(&format!("/final/last_rl_step/{key}"))?
+        .as_f64()
+}
+
+fn runs_section(runs: &[RecordedRun]) -> String {
+    let mut html = String::from(
+        "<table class=\"runs\"><tr><th>run</th><th>status</th><th>started (UTC)</th><th>finished (UTC)</th><th>steps</th><th>pass@1</th><th>pass@k</th><th>format validity</th><th>true P(accept)</th></tr>",
+    );
+    if runs.is_empty() {
+        html.push_str(
+            "<tr><td colspan=\"9\">no training run recorded for this organization</td></tr>",
+        );
+    }
+    let cell = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.3}"));
+    for run in runs {
+        let steps = run
+            .metrics
+            .as_ref()
+            .and_then(|m| m.get("steps"))
+            .and_then(Value::as_u64)
+            .map_or("–".to_owned(), |s| s.to_string());
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{steps}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&run.run_id),
+            escape(&run.status),
+            run.started_at.format("%Y-%m-%d %H:%M"),
+            run.finished_at
+                .map_or("–".to_owned(), |t| t.format("%Y-%m-%d %H:%M").to_string()),
+            cell(metric(run, "pass_at_1")),
+            cell(metric(run, "pass_at_k")),
+            cell(metric(run, "format_validity")),
+            cell(metric(run, "acceptance_probability")),
+        );
+    }
+    html.push_str("</table><div class=\"grid\">");
+    for run in runs.iter().take(RUN_CURVES) {
+        let Some(curve) = run
+            .metrics
+            .as_ref()
+            .and_then(|m| m.pointer("/final/rl_curve"))
+            .and_then(Value::as_array)
+            .filter(|c| !c.is_empty())
+        else {
+            continue;
+        };
+        let steps: Vec<String> = curve
+            .iter()
+            .map(|p| {
+                p.get("step")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0)
+                    .to_string()
+            })
+            .collect();
+        let line = |key: &str, label: &str| Line {
+            label: label.to_owned(),
+            points: curve
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| {
+                    let v = p.get(key)?.as_f64()?;
+                    Some((i, v, [v, v], 0))
+                })
+                .collect(),
+        };
+        html.push_str(&svg::line_chart(
+            &format!("{}: training pass@k by RL step", run.run_id),
+            &steps,
+            &[line("pass_at_1", "pass@1"), line("pass_at_k", "pass@k")],
+        ));
+    }
+    html.push_str("</div>");
+    html
+}
+
+fn filters_form(d: &Dashboard) -> String {
+    let day = |d: Option<NaiveDate>| d.map_or(String::new(), |d| d.to_string());
+    let mut options = String::from("<option value=\"\">all clusters</option>");
+    for c in &d.clusters {
+        let selected = if d.filters.cluster.as_deref() == Some(c.cluster_id.as_str()) {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(
+            options,
+            "<option value=\"{}\"{selected}>{}</option>",
+            escape(&c.cluster_id),
+            escape(&d.cluster_name(&c.cluster_id))
+        );
+    }
+    format!(
+        "<form class=\"filters\" method=\"get\" action=\"/dashboard\">\
+         <label>organization<select name=\"org\"><option selected>{org}</option></select></label>\
+         <label>since (first day, UTC)<input type=\"date\" name=\"since\" value=\"{since}\"></label>\
+         <label>until (first day excluded)<input type=\"date\" name=\"until\" value=\"{until}\"></label>\
+         <label>failure cluster<select name=\"cluster\">{options}</select></label>\
+         <button type=\"submit\">Apply</button></form>\
+         <form method=\"post\" action=\"/dashboard/logout\" style=\"margin-top:6px\"><button type=\"submit\">Sign out</button></form>",
+        org = escape(&d.org),
+        since = day(d.filters.period.since),
+        until = day(d.filters.period.until),
+    )
+}
+
+/// The dashboard page.
+pub fn page(d: &Dashboard) -> String {
+    let total = d.total();
+    let [lo, hi] = total.ci95();
+    let period = match (d.filters.period.since, d.filters.period.until) {
+        (None, None) => "all time".to_owned(),
+        (since, until) => format!(
+            "{} to {}",
+            since.map_or("the start".to_owned(), |d| d.to_string()),
+            until.map_or("now".to_owned(), |d| format!("{d} (excluded)"))
+        ),
+    };
+    let scope = match &d.filters.cluster {
+        Some(cluster) => format!("{period}, cluster {}", d.cluster_name(cluster)),
+        None => period,
+    };
+    let mut body = format!(
+        "<h1>arc-rec: acceptance of recommendations — {org}</h1>{form}\
+         <p class=\"headline\" id=\"headline\">{scope}: <strong>{accepted}</strong> of <strong>{shown}</strong> shown recommendations accepted, <strong>{rate}</strong> [95 % {lo}, {hi}].</p>\
+         <p class=\"note\">A shown recommendation counts as accepted when an <code>accepted</code> or <code>applied</code> answer arrived for it; intervals are Wilson 95 %. \
+         The same numbers as <code>GET /v1/analytics/acceptance</code> and <code>arc-rec analytics acceptance</code>.</p>",
+        org = escape(&d.org),
+        form = filters_form(d),
+        scope = escape(&scope),
+        accepted = total.accepted,
+        shown = total.shown,
+        rate = svg::percent(total.rate()),
+        lo = svg::percent(lo),
+        hi = svg::percent(hi),
+    );
+    let (days, lines) = lines_by_day(&d.by_day_and_policy);
+    body.push_str("<h2>Over time, per policy version</h2>");
+    body.push_str(&svg::line_chart(
+        "Acceptance per day and policy version (95 % bands)",
+        &days,
+        &lines,
+    ));
+    body.push_str("<h2>By source: are the model's ideas accepted more often than the heuristics'?</h2><div class=\"grid\">");
+    body.push_str(&svg::bar_chart(
+        "Acceptance by source (heuristic, each model version)",
+        &bars(&d.by_source, str::to_owned),
+        "shown",
+    ));
+    body.push_str("</div><h2>By failure cluster, recommendation type and model provider</h2><div class=\"grid\">");
+    body.push_str(&svg::bar_chart(
+        "Acceptance by failure cluster",
+        &bars(&d.by_cluster, |id| d.cluster_name(id)),
+        "shown",
+    ));
+    body.push_str(&svg::bar_chart(
+        "Acceptance by recommendation type",
+        &bars(&d.by_type, str::to_owned),
+        "shown",
+    ));
+    body.push_str(&svg::bar_chart(
+        "Acceptance by model provider of the configuration (is the ranking model-neutral?)",
+        &bars(&d.by_provider, str::to_owned),
+        "shown",
+    ));
+    body.push_str("</div><h2>What accepted recommendations did to reliability</h2><p class=\"note\">The reliability delta the platform reported with each accepted recommendation's first accepting answer (<code>reliability_delta</code> of <code>POST /v1/feedback</code>).</p><div class=\"grid\">");
+    body.push_str(&reliability_table("By source", &d.reliability_by_source));
+    body.push_str(&reliability_table(
+        "By recommendation type",
+        &d.reliability_by_type,
+    ));
+    body.push_str("</div><h2>Training runs</h2>");
+    body.push_str(&runs_section(&d.runs));
+    document(&format!("arc-rec dashboard — {}", d.org), &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(key: &str, shown: i64, accepted: i64) -> AcceptanceCount {
+        AcceptanceCount {
+            key: key.to_owned(),
+            shown,
+            accepted,
+        }
+    }
+
+    fn dashboard() -> Dashboard {
+        let day = |d: u32| NaiveDate::from_ymd_opt(2026, 6, d).unwrap();
+        Dashboard {
+            org: "acme".to_owned(),
+            filters: Filters::default(),
+            clusters: vec![ClusterName {
+                cluster_id: "c-1".to_owned(),
+                label: Some("tool timeouts".to_owned()),
+            }],
+            by_day_and_policy: vec![
+                DailyCount {
+                    day: day(1),
+                    series: "p1".to_owned(),
+                    shown: 10,
+                    accepted: 5,
+                },
+                DailyCount {
+                    day: day(2),
+                    series: "p1".to_owned(),
+                    shown: 10,
+                    accepted: 6,
+                },
+            ],
+            by_source: vec![count("heuristic", 15, 8), count("model:v1", 5, 3)],
+            by_cluster: vec![count("c-1", 20, 11)],
+            by_type: vec![count("model_switch", 12, 6), count("<script>", 8, 5)],
+            by_provider: vec![count("openai", 20, 11)],
+            reliability_by_source: vec![ReportedReliability {
+                key: "heuristic".to_owned(),
+                accepted: 8,
+                reported: 4,
+                reliability_delta_sum: 0.5,
+            }],
+            reliability_by_type: Vec::new(),
+            runs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_page_states_the_totals_and_every_grouping_with_escaped_keys() {
+        let html = page(&dashboard());
+        assert!(
+            html.contains("<strong>11</strong> of <strong>20</strong> shown recommendations accepted, <strong>55.0 %</strong>"),
+            "{html}"
+        );
+        assert!(html.contains("c-1 (tool timeouts)"), "{html}");
+        assert!(html.contains("&lt;script&gt;") && !html.contains("<script>"));
+        assert!(html.contains("60.0 % [")); // model:v1, 3 of 5
+        assert!(
+            html.contains("+0.125"),
+            "mean reported delta 0.5 / 4: {html}"
+        );
+        assert!(html.contains("no training run recorded"));
+        assert_eq!(html.matches("<svg").count(), 5, "{html}");
+    }
+
+    #[test]
+    fn the_login_page_escapes_its_message() {
+        let html = login_page(Some("bad <key>"));
+        assert!(html.contains("bad &lt;key&gt;"));
+        assert!(html.contains("type=\"password\" name=\"key\""));
+    }
+}
