@@ -124,7 +124,7 @@ pub fn escape(text: &str) -> String {
 
 const STYLE: &str = "body{font-family:sans-serif;margin:1.5em auto;max-width:1560px;color:#222}\
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ccc}\
-.grid{display:flex;flex-wrap:wrap;gap:12px}.chart{background:#fafafa;border:1px solid #eee}\
+.grid{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}.chart{background:#fafafa;border:1px solid #eee}\
 table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}\
 td:first-child,th:first-child{text-align:left}form.filters{background:#f4f4f4;padding:8px;display:flex;gap:12px;align-items:end;flex-wrap:wrap}\
 form.filters label{display:flex;flex-direction:column;font-size:0.85em}.note{color:#555;font-size:0.9em}\

@@ -27,15 +27,15 @@ pub struct Bar {
 }
 
 /// Longest label drawn in full; longer ones are cut (the full label stays in the `<title>`).
-const LABEL_CHARS: usize = 34;
+const LABEL_CHARS: usize = 32;
 
 /// Horizontal bars of rates with interval whiskers, one row per bar in the given order, each
 /// labelled `rate [low, high] · n <count_noun>`. Empty input draws a "no data" note.
 pub fn bar_chart(title: &str, bars: &[Bar], count_noun: &str) -> String {
     const ROW: f64 = 22.0;
-    const LEFT: f64 = 230.0;
+    const LEFT: f64 = 260.0;
     const WIDTH: f64 = 300.0;
-    const TOTAL: f64 = 760.0;
+    const TOTAL: f64 = 790.0;
     let height = 40.0 + ROW * bars.len().max(1) as f64 + 24.0;
     let mut svg = open(title, TOTAL, height);
     if bars.is_empty() {
