@@ -3,6 +3,8 @@
 #   - PostgreSQL server binaries (Debian's `postgresql`) when no initdb/pg_ctl can be found;
 #   - a project-local virtualenv `.venv` with torch==2.11.0 from PyPI (libtorch for tch 0.24),
 #     plus transformers==5.23.0 and peft==0.21.2 (the PEFT cross-check test and bench/).
+#   - with ARC_REC_WITH_BROWSER=1 (the test command), Debian's `chromium` for the dashboard's
+#     headless-browser test.
 # Set ARC_REC_SKIP_TORCH=1 to skip the virtualenv (for `--no-default-features` builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +33,14 @@ if ! command -v psql >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/
     if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql-client >/dev/null
+fi
+
+if [ "${ARC_REC_WITH_BROWSER:-0}" = "1" ] && ! command -v chromium >/dev/null 2>&1; then
+    echo "setup: installing headless Chromium (Debian package chromium) for the dashboard's browser test"
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
 
 if [ "${ARC_REC_SKIP_TORCH:-0}" != "1" ]; then

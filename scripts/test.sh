@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh
+ARC_REC_WITH_BROWSER=1 scripts/setup.sh
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
 

@@ -35,7 +35,7 @@ pub fn bar_chart(title: &str, bars: &[Bar], count_noun: &str) -> String {
     const ROW: f64 = 22.0;
     const LEFT: f64 = 260.0;
     const WIDTH: f64 = 300.0;
-    const TOTAL: f64 = 790.0;
+    const TOTAL: f64 = 880.0;
     let height = 40.0 + ROW * bars.len().max(1) as f64 + 24.0;
     let mut svg = open(title, TOTAL, height);
     if bars.is_empty() {

@@ -290,3 +290,110 @@ async fn the_dashboard_the_api_and_the_cli_agree_with_a_hand_written_query() {
         "{none}"
     );
 }
+
+/// A real browser (headless Chromium, driven by `scripts/dashboard_browser_check.py`) opens the
+/// dashboard, is sent to the sign-in form, signs in with an analyst key typed into it, and
+/// renders charts whose labels and bar lengths are the database's numbers; the key's cookie is
+/// out of the page scripts' reach (HttpOnly). The screenshot is kept in the target directory.
+#[tokio::test]
+async fn a_browser_signs_in_and_renders_the_charts_with_the_databases_numbers() {
+    let app = with_contract_data().await;
+    for i in 0..9 {
+        let body = recommend_contract(&app).await;
+        let outcome = if i % 3 == 0 { "rejected" } else { "accepted" };
+        let feedback = json!({"event_id": body["event_id"], "recommendation_id": body["recommendations"][i % 2]["recommendation_id"], "outcome": outcome});
+        let status = app
+            .post("/v1/feedback", Some(&app.platform_key), &feedback)
+            .await
+            .status();
+        assert_eq!(status, 201);
+    }
+    let truth: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT i.recommendation_type, count(*),
+                count(*) FILTER (WHERE EXISTS (
+                    SELECT 1 FROM feedback f WHERE f.org_id = i.org_id AND f.event_id = i.event_id
+                      AND f.recommendation_id = i.recommendation_id
+                      AND f.outcome IN ('accepted', 'applied')))
+         FROM decision_items i WHERE i.org_id = 'acme'
+         GROUP BY 1 ORDER BY 2 DESC, 1",
+    )
+    .fetch_all(app.db.pool())
+    .await
+    .unwrap();
+    let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
+    let _ = std::fs::remove_file(&screenshot);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/dashboard_browser_check.py"
+    );
+    let (address, key, shot) = (
+        app.address.clone(),
+        app.analyst_key.clone(),
+        screenshot.clone(),
+    );
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(script)
+            .arg(address)
+            .arg(key)
+            .arg(shot)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "the browser check failed (scripts/test.sh installs Debian's chromium): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let page: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(page["first_landing"], "/dashboard/login", "{page}");
+    assert_eq!(page["path"], "/dashboard", "{page}");
+    assert_eq!(page["cookie_visible_to_scripts"], "", "HttpOnly: {page}");
+    let (shown, accepted) = truth.iter().fold((0, 0), |(s, a), t| (s + t.1, a + t.2));
+    let headline = page["headline"].as_str().unwrap();
+    assert!(
+        headline.contains(&format!(
+            "{accepted} of {shown} shown recommendations accepted"
+        )),
+        "{headline}"
+    );
+    let charts = page["charts"].as_array().unwrap();
+    assert_eq!(charts.len(), 5, "{page}");
+    for chart in charts {
+        assert!(chart["width"].as_f64().unwrap() > 100.0, "{chart}");
+        assert!(chart["height"].as_f64().unwrap() > 50.0, "{chart}");
+    }
+    let by_type = charts
+        .iter()
+        .find(|c| c["title"] == "Acceptance by recommendation type")
+        .unwrap();
+    let bars = by_type["bars"].as_array().unwrap();
+    assert_eq!(bars.len(), truth.len(), "{by_type}");
+    for ((key, shown, accepted), bar) in truth.iter().zip(bars) {
+        let rate = *accepted as f64 / *shown as f64;
+        assert_eq!(bar["key"], key.as_str());
+        assert_eq!(bar["count"], *shown);
+        let label = bar["label"].as_str().unwrap();
+        assert!(
+            label.starts_with(&format!("{:.1} % [", 100.0 * rate))
+                && label.ends_with(&format!("n {shown} shown")),
+            "{label} for {accepted} of {shown}"
+        );
+        // Drawn to scale: 300 px for 100 %.
+        let width = bar["bar_width"].as_f64().unwrap();
+        assert!((width - 300.0 * rate).abs() < 0.06, "{width} for {rate}");
+    }
+    let over_time = charts
+        .iter()
+        .find(|c| c["title"] == "Acceptance per day and policy version (95 % bands)")
+        .unwrap();
+    assert!(over_time["points"].as_u64().unwrap() >= 1, "{over_time}");
+    let png = std::fs::read(&screenshot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{} bytes",
+        png.len()
+    );
+}
