@@ -45,7 +45,11 @@ stop_all() {
     umount "$mounted" 2> /dev/null || true
   fi
   "$arc_rec" db stop > /dev/null 2>&1 || true
-  rm -rf "$work"
+  if [ "${KEEP_WORK:-0}" = 1 ]; then
+    echo "kept the work directory (KEEP_WORK=1): $work" >&2
+  else
+    rm -rf "$work"
+  fi
 }
 
 hold_cluster() {

@@ -12,12 +12,68 @@ use chrono::NaiveDate;
 use serde_json::Value;
 use sqlx::PgPool;
 
+use crate::recommend::ope::{self, LoggedDecision, TargetPolicy};
 use crate::storage::StorageError;
 use crate::storage::analytics::{
     self, AcceptanceCount, ClusterName, DailyCount, GroupBy, Period, ReportedReliability, Scope,
 };
 use crate::storage::training_runs::{self, RecordedRun};
+use bandit::OpeReport;
 use svg::{Bar, Line};
+
+/// How many of the newest logged decisions the off-policy estimates read (`GET
+/// /v1/analytics/ope` reads up to `analytics::OPE_MAX_DECISIONS`): intervals of a few points,
+/// within the page's budget of a second on any log size.
+pub const OPE_DECISIONS: i64 = 20_000;
+/// Bootstrap resamples of each off-policy interval.
+const OPE_RESAMPLES: usize = 200;
+/// The alternative policies estimated, as `GET /v1/analytics/ope` names them.
+const OPE_POLICIES: [(&str, TargetPolicy); 3] = [
+    ("heuristic", TargetPolicy::Heuristic),
+    ("lowest_cost", TargetPolicy::LowestCost),
+    ("uniform", TargetPolicy::Uniform),
+];
+
+/// How the live policy's top recommendation fared and how alternatives would have.
+#[derive(Debug, Clone)]
+pub struct OffPolicy {
+    /// The logged top recommendations read and how many were accepted.
+    pub logged: AcceptanceCount,
+    /// Per alternative policy (its API name), the estimate or why there is none.
+    pub estimates: Vec<(&'static str, Result<OpeReport, String>)>,
+}
+
+impl OffPolicy {
+    /// Estimates every alternative on the newest logged decisions (`None`: none logged).
+    pub fn estimate(log: &[LoggedDecision]) -> Option<Self> {
+        if log.is_empty() {
+            return None;
+        }
+        let config = bandit::BootstrapConfig {
+            resamples: OPE_RESAMPLES,
+            level: 0.95,
+            seed: 1,
+        };
+        let accepted = log.iter().filter(|d| d.accepted).count();
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        Some(Self {
+            logged: AcceptanceCount {
+                key: "logged (the live policy)".to_owned(),
+                shown: count(log.len()),
+                accepted: count(accepted),
+            },
+            estimates: OPE_POLICIES
+                .iter()
+                .map(|&(name, target)| {
+                    (
+                        name,
+                        ope::evaluate(log, target, &config).map_err(|e| e.to_string()),
+                    )
+                })
+                .collect(),
+        })
+    }
+}
 
 /// How many of the newest training runs the dashboard lists (and draws the first few of).
 pub const RUNS_LISTED: i64 = 10;
@@ -48,6 +104,8 @@ pub struct Dashboard {
     pub reliability_by_source: Vec<ReportedReliability>,
     pub reliability_by_type: Vec<ReportedReliability>,
     pub runs: Vec<RecordedRun>,
+    /// Off-policy estimates on the newest [`OPE_DECISIONS`] decisions in scope.
+    pub off_policy: Option<OffPolicy>,
 }
 
 impl Dashboard {
@@ -66,11 +124,20 @@ impl Dashboard {
             analytics::acceptance(pool, scope, GroupBy::Type),
             analytics::acceptance(pool, scope, GroupBy::Provider),
         )?;
-        let (reliability_by_source, reliability_by_type, runs) = tokio::try_join!(
+        let (reliability_by_source, reliability_by_type, runs, tops) = tokio::try_join!(
             analytics::accepted_reliability(pool, scope, GroupBy::Source),
             analytics::accepted_reliability(pool, scope, GroupBy::Type),
             training_runs::recent_runs(pool, org, RUNS_LISTED),
+            analytics::logged_tops(pool, scope, OPE_DECISIONS),
         )?;
+        // The bootstraps are CPU work: off the request's thread.
+        let off_policy =
+            tokio::task::spawn_blocking(move || OffPolicy::estimate(&ope::decisions_of(tops)))
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::error!(%error, "the dashboard's off-policy estimates failed");
+                    None
+                });
         Ok(Self {
             org: org.to_owned(),
             filters,
@@ -83,6 +150,7 @@ impl Dashboard {
             reliability_by_source,
             reliability_by_type,
             runs,
+            off_policy,
         })
     }
 
@@ -224,6 +292,65 @@ fn reliability_table(title: &str, rows: &[ReportedReliability]) -> String {
     }
     html.push_str("</table>");
     html
+}
+
+fn off_policy_section(off_policy: Option<&OffPolicy>) -> String {
+    let Some(off) = off_policy else {
+        return "<p class=\"note\">No logged decision in this period to estimate from.</p>"
+            .to_owned();
+    };
+    let [lo, hi] = off.logged.ci95();
+    let mut bars = vec![Bar {
+        label: off.logged.key.clone(),
+        rate: off.logged.rate(),
+        ci95: [lo, hi],
+        count: off.logged.shown,
+    }];
+    let mut rows = String::new();
+    let interval = |ci: &bandit::ConfidenceInterval| {
+        format!(
+            "{} [{}, {}]",
+            svg::percent(ci.estimate),
+            svg::percent(ci.lower),
+            svg::percent(ci.upper)
+        )
+    };
+    for (name, report) in &off.estimates {
+        match report {
+            Ok(report) => {
+                bars.push(Bar {
+                    label: (*name).to_owned(),
+                    rate: report.snips.estimate,
+                    ci95: [report.snips.lower, report.snips.upper],
+                    count: report.effective_sample_size.round() as i64,
+                });
+                let _ = write!(
+                    rows,
+                    "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{:.0}</td></tr>",
+                    interval(&report.ips),
+                    interval(&report.snips),
+                    report.effective_sample_size
+                );
+            }
+            Err(error) => {
+                let _ = write!(
+                    rows,
+                    "<tr><td>{name}</td><td colspan=\"3\">no estimate: {}</td></tr>",
+                    escape(error)
+                );
+            }
+        }
+    }
+    format!(
+        "<p class=\"note\">Top-1 acceptance the alternative policies would have had on the newest {n} logged decisions in scope (at most {OPE_DECISIONS}), from the logged propensities: IPS and self-normalised IPS with bootstrap 95 % intervals ({OPE_RESAMPLES} resamples); the count beside each estimate is its effective sample size. <code>GET /v1/analytics/ope</code> gives the same estimators on up to {api} decisions.</p><div class=\"grid\">{chart}<table class=\"ope\"><tr><th>policy</th><th>IPS</th><th>SNIPS</th><th>effective decisions</th></tr>{rows}</table></div>",
+        n = off.logged.shown,
+        api = analytics::OPE_MAX_DECISIONS,
+        chart = svg::bar_chart(
+            "Top-1 acceptance: the live policy and alternatives (SNIPS)",
+            &bars,
+            "decisions"
+        ),
+    )
 }
 
 fn metric(run: &RecordedRun, key: &str) -> Option<f64> {
@@ -400,7 +527,9 @@ pub fn page(d: &Dashboard) -> String {
         "By recommendation type",
         &d.reliability_by_type,
     ));
-    body.push_str("</div><h2>Training runs</h2>");
+    body.push_str("</div><h2>Off-policy estimates of alternative policies</h2>");
+    body.push_str(&off_policy_section(d.off_policy.as_ref()));
+    body.push_str("<h2>Training runs</h2>");
     body.push_str(&runs_section(&d.runs));
     document(&format!("arc-rec dashboard — {}", d.org), &body)
 }
@@ -452,6 +581,7 @@ mod tests {
             }],
             reliability_by_type: Vec::new(),
             runs: Vec::new(),
+            off_policy: None,
         }
     }
 

@@ -10,6 +10,8 @@ use bandit::{BootstrapConfig, LoggedRecord, OpeReport};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::RecommendationType;
+use crate::recommend::candidate_log::decode_stored;
+use crate::storage::analytics::LoggedTop;
 
 /// A candidate as the decision log keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -91,6 +93,24 @@ impl TargetPolicy {
             pick.is_some_and(|c| c.candidate_id == candidate_id),
         ))
     }
+}
+
+/// The log's position-0 rows as decisions to evaluate. A candidate set that cannot be read
+/// leaves its decision out (logged once per row, not failing the estimate of all the others).
+pub fn decisions_of(rows: Vec<LoggedTop>) -> Vec<LoggedDecision> {
+    rows.into_iter()
+        .filter_map(|row| {
+            let candidates = decode_stored(row.candidate_set.as_deref(), row.candidates)
+                .inspect_err(|e| tracing::warn!(error = %e, "unreadable logged candidate set"))
+                .ok()?;
+            Some(LoggedDecision {
+                candidates,
+                shown: format!("c-{}", row.recommendation_id.trim_start_matches("r-")),
+                propensity: row.propensity,
+                accepted: row.accepted,
+            })
+        })
+        .collect()
 }
 
 /// Estimates the target policy's top-1 acceptance rate from the log.

@@ -248,11 +248,11 @@ pub async fn compact_acceptance(pool: &PgPool) -> Result<i64, StorageError> {
 /// Most decisions one off-policy evaluation reads (the newest).
 pub const OPE_MAX_DECISIONS: i64 = 200_000;
 
-/// `org`'s position-0 decisions in `[since, until)` with whether they were accepted.
+/// The newest `limit` position-0 decisions in `scope` with whether they were accepted.
 pub async fn logged_tops(
     pool: &PgPool,
-    org: &str,
-    period: Period,
+    scope: Scope<'_>,
+    limit: i64,
 ) -> Result<Vec<LoggedTop>, StorageError> {
     sqlx::query_as(
         "SELECT l.candidate_set, l.candidates, i.recommendation_id, i.propensity,
@@ -260,15 +260,17 @@ pub async fn logged_tops(
                         AND f.recommendation_id = i.recommendation_id AND f.outcome IN ('accepted', 'applied')) AS accepted
          FROM decision_items i
          JOIN decision_log l ON l.org_id = i.org_id AND l.event_id = i.event_id
-         WHERE i.org_id = $1 AND i.position = 0
+         WHERE ($1::text IS NULL OR i.org_id = $1) AND i.position = 0
            AND ($2::date IS NULL OR l.created_at >= $2::date) AND ($3::date IS NULL OR l.created_at < $3::date)
+           AND ($4::text IS NULL OR coalesce(l.cluster_id, 'unassigned') = $4)
          ORDER BY l.created_at DESC
-         LIMIT $4",
+         LIMIT $5",
     )
-    .bind(org)
-    .bind(period.since)
-    .bind(period.until)
-    .bind(OPE_MAX_DECISIONS)
+    .bind(scope.org)
+    .bind(scope.period.since)
+    .bind(scope.period.until)
+    .bind(scope.cluster)
+    .bind(limit)
     .fetch_all(pool)
     .await
     .context("read the decision log for off-policy evaluation")

@@ -225,6 +225,40 @@ async fn the_dashboard_the_api_and_the_cli_agree_with_a_hand_written_query() {
         "the reported reliability delta: {html}"
     );
 
+    // The off-policy section: the live policy's logged top-1 acceptance, and the heuristic
+    // order's SNIPS point estimate as the API computes it (the intervals' resamples differ).
+    let (decisions, top_accepted): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE EXISTS (
+                    SELECT 1 FROM feedback f WHERE f.org_id = i.org_id AND f.event_id = i.event_id
+                      AND f.recommendation_id = i.recommendation_id
+                      AND f.outcome IN ('accepted', 'applied')))
+         FROM decision_items i WHERE i.org_id = 'acme' AND i.position = 0",
+    )
+    .fetch_one(app.db.pool())
+    .await
+    .unwrap();
+    let ope = chart_bars(
+        &html,
+        "Top-1 acceptance: the live policy and alternatives (SNIPS)",
+    );
+    assert_eq!(ope[0].0, "logged (the live policy)");
+    assert_eq!(ope[0].2, decisions);
+    assert!(
+        (ope[0].1 - rate(decisions, top_accepted)).abs() < 1e-6,
+        "{ope:?}"
+    );
+    let api: Value = app
+        .get("/v1/analytics/ope?policy=heuristic", Some(&app.analyst_key))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let heuristic = ope.iter().find(|b| b.0 == "heuristic").unwrap();
+    assert!(
+        (heuristic.1 - api["snips"]["estimate"].as_f64().unwrap()).abs() < 1e-6,
+        "{heuristic:?} against {api}"
+    );
+
     let output = arc_rec(&app.db.url)
         .args([
             "analytics",
@@ -360,7 +394,8 @@ async fn a_browser_signs_in_and_renders_the_charts_with_the_databases_numbers() 
         "{headline}"
     );
     let charts = page["charts"].as_array().unwrap();
-    assert_eq!(charts.len(), 5, "{page}");
+    // Over time, by source, cluster, type and provider, and the off-policy estimates.
+    assert_eq!(charts.len(), 6, "{page}");
     for chart in charts {
         assert!(chart["width"].as_f64().unwrap() > 100.0, "{chart}");
         assert!(chart["height"].as_f64().unwrap() > 50.0, "{chart}");

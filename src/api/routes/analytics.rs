@@ -142,8 +142,7 @@ pub async fn ope(
     request: HttpRequest,
     state: web::Data<AppState>,
 ) -> Result<web::Json<OpeResponse>, ApiError> {
-    use crate::recommend::candidate_log::decode_stored;
-    use crate::recommend::ope::{LoggedDecision, TargetPolicy, evaluate};
+    use crate::recommend::ope::{TargetPolicy, decisions_of, evaluate};
 
     let principal = caller.require(Permission::ReadAnalytics)?;
     let query: OpeQuery = parse_query(&request)?;
@@ -155,24 +154,14 @@ pub async fn ope(
     })?;
     let period =
         Period::new(query.since, query.until).map_err(|e| ApiError::invalid("since", e))?;
+    let scope = Scope {
+        org: Some(principal.org.as_str()),
+        period,
+        cluster: None,
+    };
     let rows =
-        analytics::logged_tops(&state.analytics_pool, principal.org.as_str(), period).await?;
-    let log: Vec<LoggedDecision> = rows
-        .into_iter()
-        .filter_map(|row| {
-            // A set that cannot be read leaves its decision out (logged once per row, not
-            // failing the estimate of all the others).
-            let candidates = decode_stored(row.candidate_set.as_deref(), row.candidates)
-                .inspect_err(|e| tracing::warn!(error = %e, "unreadable logged candidate set"))
-                .ok()?;
-            Some(LoggedDecision {
-                candidates,
-                shown: format!("c-{}", row.recommendation_id.trim_start_matches("r-")),
-                propensity: row.propensity,
-                accepted: row.accepted,
-            })
-        })
-        .collect();
+        analytics::logged_tops(&state.analytics_pool, scope, analytics::OPE_MAX_DECISIONS).await?;
+    let log = decisions_of(rows);
     if log.is_empty() {
         return Err(ApiError::invalid(
             "since",
