@@ -34,6 +34,9 @@ pub enum Command {
     /// Analysts' numbers in a terminal: acceptance rates with intervals, grouped.
     #[command(subcommand)]
     Analytics(crate::commands::analytics::AnalyticsCommand),
+    /// A period's acceptance rates with intervals, drift alarms and training runs as a one-page
+    /// HTML summary with SVG and PNG charts (the dashboard's figures, written to --out).
+    Report(crate::commands::report::ReportArgs),
     /// Cluster failure patterns per organization (stable ids; the bandit's failure context).
     Cluster(crate::commands::cluster::ClusterArgs),
     /// Manage the embedded Postgres cluster under --data-dir.

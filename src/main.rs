@@ -147,6 +147,7 @@ async fn dispatch(
         Command::Export(args) => commands::export::run(args, database, metrics).await,
         Command::Keys(keys) => commands::keys::run(keys, database).await,
         Command::Analytics(analytics) => commands::analytics::run(analytics, database).await,
+        Command::Report(args) => commands::report::run(args, database).await,
         Command::Cluster(args) => commands::cluster::run(args, database).await,
         Command::Bench(bench) => commands::bench::run(bench, database).await,
         // These are run by `run_command` itself (no database, or their own signal handling).

@@ -233,3 +233,112 @@ mod tests {
         assert!(err.to_string().contains("chart.png"), "{err}");
     }
 }
+
+/// One row of an interval chart: a label, an estimate and its interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IntervalRow {
+    pub label: String,
+    pub estimate: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+/// Draws `rows` as points with horizontal interval whiskers, one row each, top to bottom, on an
+/// x axis from 0 to 1, into the PNG file `path` (its directory is created).
+pub fn write_interval_png(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    rows: &[IntervalRow],
+) -> Result<(), PlotError> {
+    let fail = |message: String| PlotError {
+        path: path.to_owned(),
+        message,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
+    }
+    let name = path
+        .file_name()
+        .ok_or_else(|| fail("the path names no file".to_owned()))?;
+    let partial = path.with_file_name(format!(".{}.partial.png", name.to_string_lossy()));
+    draw_intervals(&partial, title, x_label, rows).map_err(|e| {
+        let _ = std::fs::remove_file(&partial);
+        fail(e)
+    })?;
+    std::fs::rename(&partial, path).map_err(|e| fail(e.to_string()))
+}
+
+fn draw_intervals(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    rows: &[IntervalRow],
+) -> Result<(), String> {
+    register_fonts();
+    let n = rows.len().max(1);
+    let height = 110 + 26 * n as u32;
+    let root = BitMapBackend::new(path, (PANEL_WIDTH + 260, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    // Row i is drawn at y = n − 1 − i so the first row is on top.
+    let y_of = |i: usize| (n - 1 - i) as f64;
+    let labels: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let mut label: String = r.label.chars().take(36).collect();
+            if r.label.chars().count() > 36 {
+                label.push('…');
+            }
+            label
+        })
+        .collect();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, (FONT, 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(250)
+        .build_cartesian_2d(0f64..1f64, -0.5f64..(n as f64 - 0.5))
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .label_style((FONT, 13))
+        .axis_desc_style((FONT, 14))
+        .y_labels(n)
+        .y_label_formatter(&|y| {
+            let row = n as f64 - 1.0 - y.round();
+            if (y - y.round()).abs() > 1e-6 || row < 0.0 {
+                return String::new();
+            }
+            labels.get(row as usize).cloned().unwrap_or_default()
+        })
+        .x_label_formatter(&|v| tick(*v))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let colour = PALETTE[0];
+    for (i, row) in rows.iter().enumerate() {
+        let y = y_of(i);
+        let clamp = |v: f64| {
+            if v.is_finite() {
+                v.clamp(0.0, 1.0)
+            } else {
+                0.0
+            }
+        };
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(clamp(row.low), y), (clamp(row.high), y)],
+                BLACK.stroke_width(2),
+            )))
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(std::iter::once(Circle::new(
+                (clamp(row.estimate), y),
+                5,
+                colour.filled(),
+            )))
+            .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())
+}

@@ -82,7 +82,7 @@ pub enum Format {
     Json,
 }
 
-fn parse_day(text: &str) -> Result<NaiveDate, String> {
+pub(super) fn parse_day(text: &str) -> Result<NaiveDate, String> {
     NaiveDate::parse_from_str(text, "%Y-%m-%d")
         .map_err(|err| format!("expected a UTC day as YYYY-MM-DD ({err})"))
 }

@@ -22,6 +22,7 @@ pub mod load;
 #[cfg(feature = "rft")]
 pub mod model;
 pub mod peak_memory;
+pub mod report;
 pub mod serve;
 pub mod simulate;
 #[cfg(feature = "rft")]

@@ -3,6 +3,7 @@
 //! HTML with inline SVG charts (`page`, no scripts, no front-end build). HTTP-free: the routes
 //! in `api::routes::dashboard` authenticate, parse the filters and call these.
 
+pub mod drift;
 pub mod svg;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,7 +20,58 @@ use crate::storage::analytics::{
 };
 use crate::storage::training_runs::{self, RecordedRun};
 use bandit::OpeReport;
+use drift::DriftReport;
 use svg::{Bar, Line};
+
+/// A chart of the dashboard or a report: its data, so that it can be drawn as inline SVG (the
+/// page, the report's HTML and `.svg` files) or as PNG (`arc-rec report`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Chart {
+    /// Rates with intervals, one bar per group.
+    Bars {
+        /// File name without extension.
+        stem: String,
+        title: String,
+        bars: Vec<Bar>,
+        /// What the counts count (`shown`, `decisions`).
+        noun: &'static str,
+    },
+    /// Rates over an x axis (days, steps), one line per series.
+    Lines {
+        stem: String,
+        title: String,
+        x: Vec<String>,
+        lines: Vec<Line>,
+    },
+}
+
+impl Chart {
+    /// The chart as an inline SVG element.
+    pub fn svg(&self) -> String {
+        match self {
+            Chart::Bars {
+                title, bars, noun, ..
+            } => svg::bar_chart(title, bars, noun),
+            Chart::Lines {
+                title, x, lines, ..
+            } => svg::line_chart(title, x, lines),
+        }
+    }
+
+    /// Its file name without extension.
+    pub fn stem(&self) -> &str {
+        match self {
+            Chart::Bars { stem, .. } | Chart::Lines { stem, .. } => stem,
+        }
+    }
+
+    /// Its title.
+    pub fn title(&self) -> &str {
+        match self {
+            Chart::Bars { title, .. } | Chart::Lines { title, .. } => title,
+        }
+    }
+}
 
 /// How many of the newest logged decisions the off-policy estimates read (`GET
 /// /v1/analytics/ope` reads up to `analytics::OPE_MAX_DECISIONS`): intervals of a few points,
@@ -109,10 +161,15 @@ pub struct Dashboard {
 }
 
 impl Dashboard {
-    /// Reads the page's figures for `org` (all queries at once, on `pool`).
-    pub async fn load(pool: &PgPool, org: &str, filters: Filters) -> Result<Self, StorageError> {
+    /// Reads the page's figures for `org` (`None`: every organization's together, for
+    /// operators' reports), all queries at once, on `pool`.
+    pub async fn load(
+        pool: &PgPool,
+        org: Option<&str>,
+        filters: Filters,
+    ) -> Result<Self, StorageError> {
         let scope = Scope {
-            org: Some(org),
+            org,
             period: filters.period,
             cluster: filters.cluster.as_deref(),
         };
@@ -139,7 +196,7 @@ impl Dashboard {
                     None
                 });
         Ok(Self {
-            org: org.to_owned(),
+            org: org.map_or_else(|| "all organizations".to_owned(), str::to_owned),
             filters,
             clusters,
             by_day_and_policy,
@@ -233,7 +290,7 @@ pub fn error_page(title: &str, message: &str) -> String {
     )
 }
 
-fn bars(counts: &[AcceptanceCount], name: impl Fn(&str) -> String) -> Vec<Bar> {
+fn bars(counts: &[AcceptanceCount], name: &dyn Fn(&str) -> String) -> Vec<Bar> {
     counts
         .iter()
         .map(|c| Bar {
@@ -294,18 +351,40 @@ fn reliability_table(title: &str, rows: &[ReportedReliability]) -> String {
     html
 }
 
+impl OffPolicy {
+    /// The live policy's logged rate and each alternative's SNIPS estimate, with intervals; the
+    /// counts are the decisions read and each estimate's effective sample size.
+    pub fn chart(&self) -> Chart {
+        let mut bars = vec![Bar {
+            label: self.logged.key.clone(),
+            rate: self.logged.rate(),
+            ci95: self.logged.ci95(),
+            count: self.logged.shown,
+        }];
+        for (name, report) in &self.estimates {
+            if let Ok(report) = report {
+                bars.push(Bar {
+                    label: (*name).to_owned(),
+                    rate: report.snips.estimate,
+                    ci95: [report.snips.lower, report.snips.upper],
+                    count: report.effective_sample_size.round() as i64,
+                });
+            }
+        }
+        Chart::Bars {
+            stem: "off-policy".to_owned(),
+            title: "Top-1 acceptance: the live policy and alternatives (SNIPS)".to_owned(),
+            bars,
+            noun: "decisions",
+        }
+    }
+}
+
 fn off_policy_section(off_policy: Option<&OffPolicy>) -> String {
     let Some(off) = off_policy else {
         return "<p class=\"note\">No logged decision in this period to estimate from.</p>"
             .to_owned();
     };
-    let [lo, hi] = off.logged.ci95();
-    let mut bars = vec![Bar {
-        label: off.logged.key.clone(),
-        rate: off.logged.rate(),
-        ci95: [lo, hi],
-        count: off.logged.shown,
-    }];
     let mut rows = String::new();
     let interval = |ci: &bandit::ConfidenceInterval| {
         format!(
@@ -318,12 +397,6 @@ fn off_policy_section(off_policy: Option<&OffPolicy>) -> String {
     for (name, report) in &off.estimates {
         match report {
             Ok(report) => {
-                bars.push(Bar {
-                    label: (*name).to_owned(),
-                    rate: report.snips.estimate,
-                    ci95: [report.snips.lower, report.snips.upper],
-                    count: report.effective_sample_size.round() as i64,
-                });
                 let _ = write!(
                     rows,
                     "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{:.0}</td></tr>",
@@ -345,11 +418,7 @@ fn off_policy_section(off_policy: Option<&OffPolicy>) -> String {
         "<p class=\"note\">Top-1 acceptance the alternative policies would have had on the newest {n} logged decisions in scope (at most {OPE_DECISIONS}), from the logged propensities: IPS and self-normalised IPS with bootstrap 95 % intervals ({OPE_RESAMPLES} resamples); the count beside each estimate is its effective sample size. <code>GET /v1/analytics/ope</code> gives the same estimators on up to {api} decisions.</p><div class=\"grid\">{chart}<table class=\"ope\"><tr><th>policy</th><th>IPS</th><th>SNIPS</th><th>effective decisions</th></tr>{rows}</table></div>",
         n = off.logged.shown,
         api = analytics::OPE_MAX_DECISIONS,
-        chart = svg::bar_chart(
-            "Top-1 acceptance: the live policy and alternatives (SNIPS)",
-            &bars,
-            "decisions"
-        ),
+        chart = off.chart().svg(),
     )
 }
 
@@ -392,44 +461,52 @@ fn runs_section(runs: &[RecordedRun]) -> String {
         );
     }
     html.push_str("</table><div class=\"grid\">");
-    for run in runs.iter().take(RUN_CURVES) {
-        let Some(curve) = run
-            .metrics
-            .as_ref()
-            .and_then(|m| m.pointer("/final/rl_curve"))
-            .and_then(Value::as_array)
-            .filter(|c| !c.is_empty())
-        else {
-            continue;
-        };
-        let steps: Vec<String> = curve
-            .iter()
-            .map(|p| {
-                p.get("step")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0)
-                    .to_string()
-            })
-            .collect();
-        let line = |key: &str, label: &str| Line {
-            label: label.to_owned(),
-            points: curve
-                .iter()
-                .enumerate()
-                .filter_map(|(i, p)| {
-                    let v = p.get(key)?.as_f64()?;
-                    Some((i, v, [v, v], 0))
-                })
-                .collect(),
-        };
-        html.push_str(&svg::line_chart(
-            &format!("{}: training pass@k by RL step", run.run_id),
-            &steps,
-            &[line("pass_at_1", "pass@1"), line("pass_at_k", "pass@k")],
-        ));
+    for chart in run_curves(runs, RUN_CURVES) {
+        html.push_str(&chart.svg());
     }
     html.push_str("</div>");
     html
+}
+
+/// The RL pass@1 and pass@k curves of the first `limit` runs that recorded one.
+pub fn run_curves(runs: &[RecordedRun], limit: usize) -> Vec<Chart> {
+    runs.iter()
+        .filter_map(|run| {
+            let curve = run
+                .metrics
+                .as_ref()?
+                .pointer("/final/rl_curve")?
+                .as_array()
+                .filter(|c| !c.is_empty())?;
+            let steps: Vec<String> = curve
+                .iter()
+                .map(|p| {
+                    p.get("step")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(0)
+                        .to_string()
+                })
+                .collect();
+            let line = |key: &str, label: &str| Line {
+                label: label.to_owned(),
+                points: curve
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, p)| {
+                        let v = p.get(key)?.as_f64()?;
+                        Some((i, v, [v, v], 0))
+                    })
+                    .collect(),
+            };
+            Some(Chart::Lines {
+                stem: format!("run-{}-curves", run.run_id),
+                title: format!("{}: training pass@k by RL step", run.run_id),
+                x: steps,
+                lines: vec![line("pass_at_1", "pass@1"), line("pass_at_k", "pass@k")],
+            })
+        })
+        .take(limit)
+        .collect()
 }
 
 fn filters_form(d: &Dashboard) -> String {
@@ -462,65 +539,97 @@ fn filters_form(d: &Dashboard) -> String {
     )
 }
 
-/// The dashboard page.
-pub fn page(d: &Dashboard) -> String {
+impl Dashboard {
+    /// The acceptance charts, in page order: over time per policy version, then by source,
+    /// failure cluster, recommendation type and model provider.
+    pub fn acceptance_charts(&self) -> [Chart; 5] {
+        let (days, lines) = lines_by_day(&self.by_day_and_policy);
+        let plain = |key: &str| key.to_owned();
+        let cluster = |key: &str| self.cluster_name(key);
+        let by = |stem: &str,
+                  title: &str,
+                  counts: &[AcceptanceCount],
+                  name: &dyn Fn(&str) -> String| Chart::Bars {
+            stem: stem.to_owned(),
+            title: title.to_owned(),
+            bars: bars(counts, name),
+            noun: "shown",
+        };
+        [
+            Chart::Lines {
+                stem: "acceptance-over-time".to_owned(),
+                title: "Acceptance per day and policy version (95 % bands)".to_owned(),
+                x: days,
+                lines,
+            },
+            by(
+                "acceptance-by-source",
+                "Acceptance by source (heuristic, each model version)",
+                &self.by_source,
+                &plain,
+            ),
+            by(
+                "acceptance-by-cluster",
+                "Acceptance by failure cluster",
+                &self.by_cluster,
+                &cluster,
+            ),
+            by(
+                "acceptance-by-type",
+                "Acceptance by recommendation type",
+                &self.by_type,
+                &plain,
+            ),
+            by(
+                "acceptance-by-provider",
+                "Acceptance by model provider of the configuration (is the ranking model-neutral?)",
+                &self.by_provider,
+                &plain,
+            ),
+        ]
+    }
+
+    /// "all time" / "2026-06-01 to 2026-07-01 (excluded)", with the cluster when filtered.
+    fn scope_text(&self) -> String {
+        let period = match (self.filters.period.since, self.filters.period.until) {
+            (None, None) => "all time".to_owned(),
+            (since, until) => format!(
+                "{} to {}",
+                since.map_or("the start".to_owned(), |d| d.to_string()),
+                until.map_or("now".to_owned(), |d| format!("{d} (excluded)"))
+            ),
+        };
+        match &self.filters.cluster {
+            Some(cluster) => format!("{period}, cluster {}", self.cluster_name(cluster)),
+            None => period,
+        }
+    }
+}
+
+/// The headline and every section after it (the dashboard's and the report's).
+fn sections(d: &Dashboard) -> String {
     let total = d.total();
     let [lo, hi] = total.ci95();
-    let period = match (d.filters.period.since, d.filters.period.until) {
-        (None, None) => "all time".to_owned(),
-        (since, until) => format!(
-            "{} to {}",
-            since.map_or("the start".to_owned(), |d| d.to_string()),
-            until.map_or("now".to_owned(), |d| format!("{d} (excluded)"))
-        ),
-    };
-    let scope = match &d.filters.cluster {
-        Some(cluster) => format!("{period}, cluster {}", d.cluster_name(cluster)),
-        None => period,
-    };
     let mut body = format!(
-        "<h1>arc-rec: acceptance of recommendations — {org}</h1>{form}\
-         <p class=\"headline\" id=\"headline\">{scope}: <strong>{accepted}</strong> of <strong>{shown}</strong> shown recommendations accepted, <strong>{rate}</strong> [95 % {lo}, {hi}].</p>\
+        "<p class=\"headline\" id=\"headline\">{scope}: <strong>{accepted}</strong> of <strong>{shown}</strong> shown recommendations accepted, <strong>{rate}</strong> [95 % {lo}, {hi}].</p>\
          <p class=\"note\">A shown recommendation counts as accepted when an <code>accepted</code> or <code>applied</code> answer arrived for it; intervals are Wilson 95 %. \
          The same numbers as <code>GET /v1/analytics/acceptance</code> and <code>arc-rec analytics acceptance</code>.</p>",
-        org = escape(&d.org),
-        form = filters_form(d),
-        scope = escape(&scope),
+        scope = escape(&d.scope_text()),
         accepted = total.accepted,
         shown = total.shown,
         rate = svg::percent(total.rate()),
         lo = svg::percent(lo),
         hi = svg::percent(hi),
     );
-    let (days, lines) = lines_by_day(&d.by_day_and_policy);
+    let [over_time, by_source, by_cluster, by_type, by_provider] = d.acceptance_charts();
     body.push_str("<h2>Over time, per policy version</h2>");
-    body.push_str(&svg::line_chart(
-        "Acceptance per day and policy version (95 % bands)",
-        &days,
-        &lines,
-    ));
+    body.push_str(&over_time.svg());
     body.push_str("<h2>By source: are the model's ideas accepted more often than the heuristics'?</h2><div class=\"grid\">");
-    body.push_str(&svg::bar_chart(
-        "Acceptance by source (heuristic, each model version)",
-        &bars(&d.by_source, str::to_owned),
-        "shown",
-    ));
+    body.push_str(&by_source.svg());
     body.push_str("</div><h2>By failure cluster, recommendation type and model provider</h2><div class=\"grid\">");
-    body.push_str(&svg::bar_chart(
-        "Acceptance by failure cluster",
-        &bars(&d.by_cluster, |id| d.cluster_name(id)),
-        "shown",
-    ));
-    body.push_str(&svg::bar_chart(
-        "Acceptance by recommendation type",
-        &bars(&d.by_type, str::to_owned),
-        "shown",
-    ));
-    body.push_str(&svg::bar_chart(
-        "Acceptance by model provider of the configuration (is the ranking model-neutral?)",
-        &bars(&d.by_provider, str::to_owned),
-        "shown",
-    ));
+    for chart in [by_cluster, by_type, by_provider] {
+        body.push_str(&chart.svg());
+    }
     body.push_str("</div><h2>What accepted recommendations did to reliability</h2><p class=\"note\">The reliability delta the platform reported with each accepted recommendation's first accepting answer (<code>reliability_delta</code> of <code>POST /v1/feedback</code>).</p><div class=\"grid\">");
     body.push_str(&reliability_table("By source", &d.reliability_by_source));
     body.push_str(&reliability_table(
@@ -531,7 +640,89 @@ pub fn page(d: &Dashboard) -> String {
     body.push_str(&off_policy_section(d.off_policy.as_ref()));
     body.push_str("<h2>Training runs</h2>");
     body.push_str(&runs_section(&d.runs));
+    body
+}
+
+/// The dashboard page.
+pub fn page(d: &Dashboard) -> String {
+    let body = format!(
+        "<h1>arc-rec: acceptance of recommendations — {org}</h1>{form}{sections}",
+        org = escape(&d.org),
+        form = filters_form(d),
+        sections = sections(d),
+    );
     document(&format!("arc-rec dashboard — {}", d.org), &body)
+}
+
+/// The one-page summary `arc-rec report` writes: the dashboard's sections after the drift
+/// alarms, with links to the chart files (`files`: names relative to the page).
+pub fn report_page(d: &Dashboard, drift: &DriftReport, files: &[String]) -> String {
+    let mut body = format!(
+        "<h1>arc-rec report: acceptance of recommendations — {org}</h1><p class=\"note\">Written {now} UTC by <code>arc-rec report</code>.</p>",
+        org = escape(&d.org),
+        now = chrono::Utc::now().format("%Y-%m-%d %H:%M"),
+    );
+    body.push_str("<h2>Drift alarms: is a failure cluster's acceptance dropping?</h2>");
+    body.push_str(&drift_section(drift));
+    body.push_str(&sections(d));
+    body.push_str("<h2>The charts as files</h2><ul>");
+    for file in files {
+        let _ = write!(body, "<li><a href=\"{f}\">{f}</a></li>", f = escape(file));
+    }
+    body.push_str("</ul>");
+    document(&format!("arc-rec report — {}", d.org), &body)
+}
+
+fn drift_section(report: &DriftReport) -> String {
+    let Some(from) = report.recent_from else {
+        return "<p class=\"note\">No decisions in this period: nothing to test.</p>".to_owned();
+    };
+    let alarms = report.tested.iter().filter(|c| c.alarm).count();
+    let mut html = format!(
+        "<p class=\"headline\" id=\"drift\"><strong>{alarms}</strong> alarm(s) among {tested} cluster(s) tested.</p>\
+         <p class=\"note\">The test: the recent window is the last {days} days of the period (from {from}), the baseline every earlier day; \
+         a cluster with at least {min} shown recommendations in both is tested with a one-sided two-proportion z-test (pooled variance) of a drop, \
+         and raises an alarm when p &lt; {alpha} / {tested} (Bonferroni over the clusters tested).</p>\
+         <table class=\"drift\"><tr><th>cluster</th><th>baseline</th><th>recent</th><th>change</th><th>z</th><th>p (one-sided)</th><th>alarm</th></tr>",
+        tested = report.tested.len(),
+        days = drift::RECENT_DAYS,
+        min = drift::MIN_SHOWN,
+        alpha = drift::ALPHA,
+    );
+    for c in &report.tested {
+        let cell = |count: &AcceptanceCount| {
+            format!(
+                "{} ({} of {})",
+                svg::percent(count.rate()),
+                count.accepted,
+                count.shown
+            )
+        };
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:+.1} points</td><td>{:.2}</td><td>{:.2e}</td><td>{}</td></tr>",
+            escape(&c.cluster),
+            cell(&c.baseline),
+            cell(&c.recent),
+            100.0 * (c.recent.rate() - c.baseline.rate()),
+            c.z,
+            c.p_value,
+            if c.alarm {
+                "<strong>ALARM</strong>"
+            } else {
+                "no"
+            }
+        );
+    }
+    html.push_str("</table>");
+    if !report.untested.is_empty() {
+        let _ = write!(
+            html,
+            "<p class=\"note\">Too few shown to test: {}.</p>",
+            escape(&report.untested.join(", "))
+        );
+    }
+    html
 }
 
 #[cfg(test)]

@@ -171,12 +171,19 @@ pub struct ClusterName {
     pub label: Option<String>,
 }
 
-/// The clusters `org`'s counted decisions fall in (a dashboard's cluster filter).
-pub async fn counted_clusters(pool: &PgPool, org: &str) -> Result<Vec<ClusterName>, StorageError> {
+/// The clusters `org`'s counted decisions fall in (every organization's with `None`; a
+/// dashboard's cluster filter).
+pub async fn counted_clusters(
+    pool: &PgPool,
+    org: Option<&str>,
+) -> Result<Vec<ClusterName>, StorageError> {
     sqlx::query_as(
         "SELECT c.cluster_id, f.label
-         FROM (SELECT DISTINCT cluster_id FROM analyst_acceptance_counts WHERE org_id = $1) AS c
-         LEFT JOIN failure_clusters f ON f.org_id = $1 AND f.cluster_id = c.cluster_id
+         FROM (SELECT DISTINCT cluster_id FROM analyst_acceptance_counts
+               WHERE ($1::text IS NULL OR org_id = $1)) AS c
+         LEFT JOIN LATERAL (SELECT label FROM failure_clusters f
+                            WHERE f.cluster_id = c.cluster_id AND ($1::text IS NULL OR f.org_id = $1)
+                            ORDER BY f.org_id LIMIT 1) AS f ON true
          ORDER BY c.cluster_id",
     )
     .bind(org)

@@ -103,15 +103,19 @@ pub struct RecordedRun {
     pub metrics: Option<Value>,
 }
 
-/// `org`'s newest `limit` runs, newest first.
+/// `org`'s newest `limit` runs, newest first (every organization's with `None`; a run over
+/// several organizations' data once).
 pub async fn recent_runs(
     pool: &PgPool,
-    org: &str,
+    org: Option<&str>,
     limit: i64,
 ) -> Result<Vec<RecordedRun>, StorageError> {
     sqlx::query_as(
-        "SELECT run_id, status, started_at, finished_at, metrics FROM training_runs
-         WHERE org_id = $1 ORDER BY started_at DESC, run_id LIMIT $2",
+        "SELECT run_id, status, started_at, finished_at, metrics FROM (
+             SELECT DISTINCT ON (run_id) run_id, status, started_at, finished_at, metrics
+             FROM training_runs WHERE ($1::text IS NULL OR org_id = $1)
+             ORDER BY run_id, org_id) AS runs
+         ORDER BY started_at DESC, run_id LIMIT $2",
     )
     .bind(org)
     .bind(limit)

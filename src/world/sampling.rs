@@ -103,26 +103,6 @@ pub(crate) fn hex_id<R: Rng + ?Sized>(rng: &mut R, digits: usize) -> String {
     text[..digits.min(16)].to_owned()
 }
 
-/// The standard normal CDF, via the Abramowitz–Stegun 7.1.26 approximation of erf (error below
-/// 1.5e-7, far under the noise of anything it feeds).
-pub(crate) fn normal_cdf(x: f64) -> f64 {
-    if x.is_nan() {
-        return 0.5;
-    }
-    let z = x.abs() / std::f64::consts::SQRT_2;
-    let t = 1.0 / (1.0 + 0.327_591_1 * z);
-    let poly = t
-        * (0.254_829_592
-            + t * (-0.284_496_736
-                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
-    let erf = 1.0 - poly * (-z * z).exp();
-    if x >= 0.0 {
-        0.5 * (1.0 + erf)
-    } else {
-        0.5 * (1.0 - erf)
-    }
-}
-
 /// `value` rounded to `decimals` decimal places. Records carry rounded figures: they read like
 /// real exports, and short decimals parse back to exactly the same `f64` (serde_json's default
 /// parser is exact only for short mantissas), which the round-trip guarantee needs.
@@ -139,13 +119,6 @@ pub(crate) fn sigmoid(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn normal_cdf_matches_known_values() {
-        assert!((normal_cdf(0.0) - 0.5).abs() < 1e-7);
-        assert!((normal_cdf(1.0) - 0.841_344_7).abs() < 1e-6);
-        assert!((normal_cdf(-1.96) - 0.024_997_9).abs() < 1e-6);
-    }
 
     #[test]
     fn helpers_tolerate_degenerate_inputs() {

@@ -18,7 +18,8 @@ use super::agent::AgentSpec;
 use super::candidates::{RecommendationType, classify_diff};
 use super::catalogue::{UserProfile, tool_spec};
 use super::failure::FailureMode;
-use super::sampling::{normal_cdf, sigmoid};
+use super::sampling::sigmoid;
+use bandit::interval::normal_cdf;
 
 /// Mean reliability score of a failed run (failed runs score 0.05–0.25).
 pub(crate) const FAILED_SCORE_MEAN: f64 = 0.15;

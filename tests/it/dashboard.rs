@@ -432,3 +432,112 @@ async fn a_browser_signs_in_and_renders_the_charts_with_the_databases_numbers() 
         png.len()
     );
 }
+
+/// `arc-rec report`: the summary page states the database's numbers, every chart is written as
+/// SVG and PNG, and a cluster whose acceptance fell from two thirds to nothing in the last week
+/// raises a drift alarm.
+#[tokio::test]
+async fn the_report_writes_the_figures_the_charts_and_a_drift_alarm() {
+    let app = with_contract_data().await;
+    for i in 0..24 {
+        let body = recommend_contract(&app).await;
+        // The first twelve decisions, moved below to two weeks ago, are mostly accepted; the
+        // last twelve never.
+        for position in 0..3 {
+            let outcome = if i < 12 && position < 2 {
+                "accepted"
+            } else {
+                "rejected"
+            };
+            let feedback = json!({"event_id": body["event_id"], "recommendation_id": body["recommendations"][position]["recommendation_id"], "outcome": outcome});
+            let status = app
+                .post("/v1/feedback", Some(&app.platform_key), &feedback)
+                .await
+                .status();
+            assert_eq!(status, 201);
+        }
+    }
+    sqlx::query(
+        "UPDATE decision_log SET created_at = created_at - interval '14 days'
+         WHERE event_id IN (SELECT event_id FROM decision_log ORDER BY created_at LIMIT 12)",
+    )
+    .execute(app.db.pool())
+    .await
+    .unwrap();
+    sqlx::query("SELECT arc_rec_recount_acceptance()")
+        .execute(app.db.pool())
+        .await
+        .unwrap();
+    let (shown, accepted): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE accepted) FROM analyst_shown_recommendations
+         WHERE org_id = 'acme'",
+    )
+    .fetch_one(app.db.pool())
+    .await
+    .unwrap();
+    assert_eq!(accepted, 24);
+    let dir = tempfile::tempdir().unwrap();
+    let output = arc_rec(&app.db.url)
+        .args(["report", "--org", "acme", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "{accepted} of {shown} shown recommendations accepted"
+        )),
+        "{stdout}"
+    );
+    let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
+    assert!(
+        html.contains(&format!(
+            "<strong>{accepted}</strong> of <strong>{shown}</strong> shown recommendations accepted"
+        )),
+        "{html}"
+    );
+    assert!(
+        html.contains("<strong>1</strong> alarm(s) among 1 cluster(s) tested"),
+        "{html}"
+    );
+    assert!(html.contains("<strong>ALARM</strong>"), "{html}");
+    assert!(
+        stdout.contains("drift alarms: ") && !stdout.contains("drift alarms: none"),
+        "{stdout}"
+    );
+    for stem in [
+        "acceptance-over-time",
+        "acceptance-by-source",
+        "acceptance-by-cluster",
+        "acceptance-by-type",
+        "acceptance-by-provider",
+        "off-policy",
+    ] {
+        let svg = std::fs::read_to_string(dir.path().join(format!("{stem}.svg"))).unwrap();
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"), "{stem}");
+        let png = std::fs::read(dir.path().join(format!("{stem}.png"))).unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "{stem}");
+        assert!(html.contains(&format!("href=\"{stem}.png\"")), "{stem}");
+    }
+    // A bad period is refused naming the flag, and nothing is written.
+    let output = arc_rec(&app.db.url)
+        .args([
+            "report",
+            "--since",
+            "2026-06-02",
+            "--until",
+            "2026-06-01",
+            "--out",
+        ])
+        .arg(dir.path().join("bad"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--since"));
+    assert!(!dir.path().join("bad").exists());
+}

@@ -177,7 +177,7 @@ pub async fn page(
             ));
         }
     };
-    let figures = Dashboard::load(&state.analytics_pool, org, filters).await?;
+    let figures = Dashboard::load(&state.analytics_pool, Some(org), filters).await?;
     Ok(html(StatusCode::OK, dashboard::page(&figures)))
 }
 
