@@ -32,7 +32,8 @@
 #   each fails with "No space left on device" and leaves no partial output (no file, no
 #   temporary file, no half-written checkpoint; the earlier checkpoint resumes elsewhere).
 #
-# Environment: ARC_REC (binary; default target/release/arc-rec), FAULT_CHECKS, STARTUP_DECISIONS.
+# Environment: ARC_REC (binary; default target/release/arc-rec), FAULT_CHECKS, STARTUP_DECISIONS,
+# KEEP_WORK=1 (keep the work directory, its database included, and print where).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 rate="${1:-300}"
