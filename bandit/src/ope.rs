@@ -150,6 +150,18 @@ pub fn bootstrap(
     estimator: Estimator,
     config: &BootstrapConfig,
 ) -> Result<ConfidenceInterval> {
+    let [interval] = bootstrap_all(log, [estimator], config)?;
+    Ok(interval)
+}
+
+/// Several estimators from one pass of resampling: each gets exactly the interval
+/// [`bootstrap`] would give it alone (the resamples are drawn from the same seed), at the cost
+/// of one.
+pub fn bootstrap_all<const N: usize>(
+    log: &[LoggedRecord],
+    estimators: [Estimator; N],
+    config: &BootstrapConfig,
+) -> Result<[ConfidenceInterval; N]> {
     if config.resamples == 0 {
         return Err(BanditError::Invalid {
             field: "resamples",
@@ -164,15 +176,18 @@ pub fn bootstrap(
     }
     let w = importance_weights(log)?;
     let n = log.len();
-    let all = (0..n).map(|i| (i, 1));
-    let estimate = match estimator {
-        Estimator::Ips => ips_of(log, &w, all),
-        Estimator::Snips => snips_of(log, &w, all),
+    let of = |estimator: Estimator, records: &mut dyn Iterator<Item = (usize, u32)>| match estimator
+    {
+        Estimator::Ips => ips_of(log, &w, records),
+        Estimator::Snips => snips_of(log, &w, records),
+    };
+    let mut estimates = [0.0; N];
+    for (slot, &estimator) in estimates.iter_mut().zip(&estimators) {
+        *slot = of(estimator, &mut (0..n).map(|i| (i, 1))).ok_or(BanditError::ZeroWeight)?;
     }
-    .ok_or(BanditError::ZeroWeight)?;
     let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
     let mut counts = vec![0u32; n];
-    let mut values = Vec::with_capacity(config.resamples);
+    let mut values: [Vec<f64>; N] = std::array::from_fn(|_| Vec::with_capacity(config.resamples));
     for _ in 0..config.resamples {
         // Multiplicities instead of an index list: the estimators are sums, so this is the same
         // resample with one pass over the log.
@@ -180,37 +195,40 @@ pub fn bootstrap(
         for _ in 0..n {
             counts[rng.random_range(0..n)] += 1;
         }
-        let resample = counts
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| **c > 0)
-            .map(|(i, &c)| (i, c));
-        let value = match estimator {
-            Estimator::Ips => ips_of(log, &w, resample),
-            Estimator::Snips => snips_of(log, &w, resample),
-        };
-        values.extend(value);
+        for (sample, &estimator) in values.iter_mut().zip(&estimators) {
+            let mut resample = counts
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .map(|(i, &c)| (i, c));
+            sample.extend(of(estimator, &mut resample));
+        }
     }
-    if values.is_empty() {
-        return Err(BanditError::ZeroWeight);
-    }
-    values.sort_by(f64::total_cmp);
     let alpha = 1.0 - config.level;
-    Ok(ConfidenceInterval {
-        estimate,
-        lower: quantile(&values, alpha / 2.0),
-        upper: quantile(&values, 1.0 - alpha / 2.0),
-        level: config.level,
-        resamples_used: values.len(),
-    })
+    let mut intervals = Vec::with_capacity(N);
+    for (mut sample, estimate) in values.into_iter().zip(estimates) {
+        if sample.is_empty() {
+            return Err(BanditError::ZeroWeight);
+        }
+        sample.sort_by(f64::total_cmp);
+        intervals.push(ConfidenceInterval {
+            estimate,
+            lower: quantile(&sample, alpha / 2.0),
+            upper: quantile(&sample, 1.0 - alpha / 2.0),
+            level: config.level,
+            resamples_used: sample.len(),
+        });
+    }
+    intervals.try_into().map_err(|_| BanditError::ZeroWeight)
 }
 
 /// IPS, SNIPS and ESS with bootstrap intervals.
 pub fn evaluate(log: &[LoggedRecord], config: &BootstrapConfig) -> Result<OpeReport> {
+    let [ips, snips] = bootstrap_all(log, [Estimator::Ips, Estimator::Snips], config)?;
     Ok(OpeReport {
         n: log.len(),
-        ips: bootstrap(log, Estimator::Ips, config)?,
-        snips: bootstrap(log, Estimator::Snips, config)?,
+        ips,
+        snips,
         effective_sample_size: effective_sample_size(log)?,
     })
 }

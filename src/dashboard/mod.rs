@@ -16,7 +16,7 @@ use sqlx::PgPool;
 use crate::recommend::ope::{self, LoggedDecision, TargetPolicy};
 use crate::storage::StorageError;
 use crate::storage::analytics::{
-    self, AcceptanceCount, ClusterName, DailyCount, GroupBy, Period, ReportedReliability, Scope,
+    self, AcceptanceCount, AcceptedOutcomes, ClusterName, DailyCount, GroupBy, Period, Scope,
 };
 use crate::storage::training_runs::{self, RecordedRun};
 use bandit::OpeReport;
@@ -75,8 +75,9 @@ impl Chart {
 
 /// How many of the newest logged decisions the off-policy estimates read (`GET
 /// /v1/analytics/ope` reads up to `analytics::OPE_MAX_DECISIONS`): intervals of a few points,
-/// within the page's budget of a second on any log size.
-pub const OPE_DECISIONS: i64 = 20_000;
+/// within the page's budget of a second on any log size (on a million decisions, reading
+/// 20,000 took 0.2–0.5 s and their three bootstraps 0.3 s).
+pub const OPE_DECISIONS: i64 = 10_000;
 /// Bootstrap resamples of each off-policy interval.
 const OPE_RESAMPLES: usize = 200;
 /// The alternative policies estimated, as `GET /v1/analytics/ope` names them.
@@ -114,15 +115,30 @@ impl OffPolicy {
                 shown: count(log.len()),
                 accepted: count(accepted),
             },
-            estimates: OPE_POLICIES
-                .iter()
-                .map(|&(name, target)| {
-                    (
-                        name,
-                        ope::evaluate(log, target, &config).map_err(|e| e.to_string()),
-                    )
-                })
-                .collect(),
+            // One thread per policy: the bootstraps are independent.
+            estimates: std::thread::scope(|scope| {
+                let handles: Vec<_> = OPE_POLICIES
+                    .iter()
+                    .map(|&(name, target)| {
+                        let config = &config;
+                        scope.spawn(move || {
+                            (
+                                name,
+                                ope::evaluate(log, target, config).map_err(|e| e.to_string()),
+                            )
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .zip(OPE_POLICIES)
+                    .map(|(handle, (name, _))| {
+                        handle.join().unwrap_or_else(|_| {
+                            (name, Err("the estimate's thread panicked".to_owned()))
+                        })
+                    })
+                    .collect()
+            }),
         })
     }
 }
@@ -153,8 +169,8 @@ pub struct Dashboard {
     pub by_cluster: Vec<AcceptanceCount>,
     pub by_type: Vec<AcceptanceCount>,
     pub by_provider: Vec<AcceptanceCount>,
-    pub reliability_by_source: Vec<ReportedReliability>,
-    pub reliability_by_type: Vec<ReportedReliability>,
+    pub outcomes_by_source: Vec<AcceptedOutcomes>,
+    pub outcomes_by_type: Vec<AcceptedOutcomes>,
     pub runs: Vec<RecordedRun>,
     /// Off-policy estimates on the newest [`OPE_DECISIONS`] decisions in scope.
     pub off_policy: Option<OffPolicy>,
@@ -181,9 +197,9 @@ impl Dashboard {
             analytics::acceptance(pool, scope, GroupBy::Type),
             analytics::acceptance(pool, scope, GroupBy::Provider),
         )?;
-        let (reliability_by_source, reliability_by_type, runs, tops) = tokio::try_join!(
-            analytics::accepted_reliability(pool, scope, GroupBy::Source),
-            analytics::accepted_reliability(pool, scope, GroupBy::Type),
+        let (outcomes_by_source, outcomes_by_type, runs, tops) = tokio::try_join!(
+            analytics::accepted_outcomes(pool, scope, GroupBy::Source),
+            analytics::accepted_outcomes(pool, scope, GroupBy::Type),
             training_runs::recent_runs(pool, org, RUNS_LISTED),
             analytics::logged_tops(pool, scope, OPE_DECISIONS),
         )?;
@@ -204,8 +220,8 @@ impl Dashboard {
             by_cluster,
             by_type,
             by_provider,
-            reliability_by_source,
-            reliability_by_type,
+            outcomes_by_source,
+            outcomes_by_type,
             runs,
             off_policy,
         })
@@ -329,22 +345,27 @@ fn lines_by_day(counts: &[DailyCount]) -> (Vec<String>, Vec<Line>) {
     )
 }
 
-fn reliability_table(title: &str, rows: &[ReportedReliability]) -> String {
+fn outcomes_table(title: &str, rows: &[AcceptedOutcomes]) -> String {
     let mut html = format!(
-        "<table class=\"reliability\"><caption>{}</caption><tr><th>group</th><th>accepted</th><th>with a reported delta</th><th>mean reliability delta</th></tr>",
+        "<table class=\"outcomes\"><caption>{}</caption><tr><th>group</th><th>accepted</th><th>with a reported reliability delta</th><th>mean reliability delta</th><th>mean expected cost change per run</th></tr>",
         escape(title)
     );
     if rows.is_empty() {
-        html.push_str("<tr><td colspan=\"4\">no accepted recommendations in this period</td></tr>");
+        html.push_str("<tr><td colspan=\"5\">no accepted recommendations in this period</td></tr>");
     }
     for row in rows {
-        let mean = row.mean().map_or("–".to_owned(), |m| format!("{m:+.3}"));
+        let reliability = row
+            .mean_reliability_delta()
+            .map_or("–".to_owned(), |m| format!("{m:+.3}"));
+        let cost = row
+            .mean_cost_delta_usd()
+            .map_or("–".to_owned(), |m| format!("{m:+.5} USD"));
         let _ = write!(
             html,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{mean}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{reliability}</td><td>{cost}</td></tr>",
             escape(&row.key),
             row.accepted,
-            row.reported
+            row.reliability_reported
         );
     }
     html.push_str("</table>");
@@ -630,11 +651,11 @@ fn sections(d: &Dashboard) -> String {
     for chart in [by_cluster, by_type, by_provider] {
         body.push_str(&chart.svg());
     }
-    body.push_str("</div><h2>What accepted recommendations did to reliability</h2><p class=\"note\">The reliability delta the platform reported with each accepted recommendation's first accepting answer (<code>reliability_delta</code> of <code>POST /v1/feedback</code>).</p><div class=\"grid\">");
-    body.push_str(&reliability_table("By source", &d.reliability_by_source));
-    body.push_str(&reliability_table(
+    body.push_str("</div><h2>What accepted recommendations did to reliability and cost</h2><p class=\"note\">Reliability: the delta the platform reported with each accepted recommendation's first accepting answer (<code>reliability_delta</code> of <code>POST /v1/feedback</code>). Cost: the expected change in cost per run each accepted recommendation was served with (<code>expected_cost_delta_usd</code>).</p><div class=\"grid\">");
+    body.push_str(&outcomes_table("By source", &d.outcomes_by_source));
+    body.push_str(&outcomes_table(
         "By recommendation type",
-        &d.reliability_by_type,
+        &d.outcomes_by_type,
     ));
     body.push_str("</div><h2>Off-policy estimates of alternative policies</h2>");
     body.push_str(&off_policy_section(d.off_policy.as_ref()));
@@ -764,13 +785,15 @@ mod tests {
             by_cluster: vec![count("c-1", 20, 11)],
             by_type: vec![count("model_switch", 12, 6), count("<script>", 8, 5)],
             by_provider: vec![count("openai", 20, 11)],
-            reliability_by_source: vec![ReportedReliability {
+            outcomes_by_source: vec![AcceptedOutcomes {
                 key: "heuristic".to_owned(),
                 accepted: 8,
-                reported: 4,
+                reliability_reported: 4,
                 reliability_delta_sum: 0.5,
+                cost_known: 8,
+                cost_delta_sum: 0.004,
             }],
-            reliability_by_type: Vec::new(),
+            outcomes_by_type: Vec::new(),
             runs: Vec::new(),
             off_policy: None,
         }

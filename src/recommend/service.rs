@@ -628,6 +628,7 @@ impl Serving {
                     candidate_features: s.shown.features.iter().map(|v| *v as f32).collect(),
                     source: s.shown.candidate.source.clone(),
                     predicted: s.shown.predicted,
+                    expected_cost_delta_usd: Some(s.shown.candidate.expected_cost_delta_usd),
                 })
                 .collect(),
         };

@@ -192,34 +192,45 @@ pub async fn counted_clusters(
     .context("list the counted clusters")
 }
 
-/// What the platform reported about the accepted recommendations of one group: how many
-/// accepted items carried a reliability delta with their first accepting answer, and the mean.
+/// What is known of the accepted recommendations of one group: the reliability deltas the
+/// platform reported with them (sql/0018) and the expected cost changes they were served with
+/// (sql/0019), each as a count of items that had one and their sum.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct ReportedReliability {
+pub struct AcceptedOutcomes {
     pub key: String,
     pub accepted: i64,
-    pub reported: i64,
+    pub reliability_reported: i64,
     pub reliability_delta_sum: f64,
+    pub cost_known: i64,
+    pub cost_delta_sum: f64,
 }
 
-impl ReportedReliability {
-    /// The mean reported delta (`None` when no accepted item carried one).
-    pub fn mean(&self) -> Option<f64> {
-        (self.reported > 0).then(|| self.reliability_delta_sum / self.reported as f64)
+impl AcceptedOutcomes {
+    /// The mean reported reliability delta (`None` when no accepted item carried one).
+    pub fn mean_reliability_delta(&self) -> Option<f64> {
+        (self.reliability_reported > 0)
+            .then(|| self.reliability_delta_sum / self.reliability_reported as f64)
+    }
+
+    /// The mean expected cost change per run, USD (`None` when no accepted item had one).
+    pub fn mean_cost_delta_usd(&self) -> Option<f64> {
+        (self.cost_known > 0).then(|| self.cost_delta_sum / self.cost_known as f64)
     }
 }
 
-/// The reliability deltas reported with the accepted recommendations in `scope` by
-/// `group_by`, from the same counts as [`acceptance`] (sql/0018).
-pub async fn accepted_reliability(
+/// The outcomes of the accepted recommendations in `scope` by `group_by`, from the same counts
+/// as [`acceptance`].
+pub async fn accepted_outcomes(
     pool: &PgPool,
     scope: Scope<'_>,
     group_by: GroupBy,
-) -> Result<Vec<ReportedReliability>, StorageError> {
+) -> Result<Vec<AcceptedOutcomes>, StorageError> {
     let sql = format!(
         "SELECT {col} AS key, sum(accepted)::bigint AS accepted,
-                sum(reliability_reported)::bigint AS reported,
-                sum(reliability_delta_sum)::float8 AS reliability_delta_sum
+                sum(reliability_reported)::bigint AS reliability_reported,
+                sum(reliability_delta_sum)::float8 AS reliability_delta_sum,
+                sum(accepted_cost_known)::bigint AS cost_known,
+                sum(accepted_cost_delta_sum)::float8 AS cost_delta_sum
          FROM analyst_acceptance_counts
          WHERE {SCOPE_WHERE}
          GROUP BY 1 HAVING sum(accepted) > 0 ORDER BY accepted DESC, key",
@@ -228,7 +239,7 @@ pub async fn accepted_reliability(
     bind_scope(sqlx::query_as(&sql), scope)
         .fetch_all(pool)
         .await
-        .context("reliability deltas of accepted recommendations")
+        .context("outcomes of accepted recommendations")
 }
 
 /// A logged top recommendation for off-policy evaluation.
@@ -261,17 +272,28 @@ pub async fn logged_tops(
     scope: Scope<'_>,
     limit: i64,
 ) -> Result<Vec<LoggedTop>, StorageError> {
+    // The newest tops first, then one index probe of the feedback per top (LIMIT 1 in a lateral
+    // join): an EXISTS over the whole select was planned as a hash of every accepting answer of
+    // the log (0.8 s at a million answers, where this takes 0.3 s for 20,000 tops).
     sqlx::query_as(
-        "SELECT l.candidate_set, l.candidates, i.recommendation_id, i.propensity,
-                EXISTS (SELECT 1 FROM feedback f WHERE f.org_id = i.org_id AND f.event_id = i.event_id
-                        AND f.recommendation_id = i.recommendation_id AND f.outcome IN ('accepted', 'applied')) AS accepted
-         FROM decision_items i
-         JOIN decision_log l ON l.org_id = i.org_id AND l.event_id = i.event_id
-         WHERE ($1::text IS NULL OR i.org_id = $1) AND i.position = 0
-           AND ($2::date IS NULL OR l.created_at >= $2::date) AND ($3::date IS NULL OR l.created_at < $3::date)
-           AND ($4::text IS NULL OR coalesce(l.cluster_id, 'unassigned') = $4)
-         ORDER BY l.created_at DESC
-         LIMIT $5",
+        "SELECT t.candidate_set, t.candidates, t.recommendation_id, t.propensity,
+                a.accepted IS NOT NULL AS accepted
+         FROM (SELECT l.candidate_set, l.candidates, l.created_at, i.org_id, i.event_id,
+                      i.recommendation_id, i.propensity
+               FROM decision_items i
+               JOIN decision_log l ON l.org_id = i.org_id AND l.event_id = i.event_id
+               WHERE ($1::text IS NULL OR i.org_id = $1) AND i.position = 0
+                 AND ($2::date IS NULL OR l.created_at >= $2::date)
+                 AND ($3::date IS NULL OR l.created_at < $3::date)
+                 AND ($4::text IS NULL OR coalesce(l.cluster_id, 'unassigned') = $4)
+               ORDER BY l.created_at DESC
+               LIMIT $5) AS t
+         LEFT JOIN LATERAL (SELECT true AS accepted FROM feedback f
+                            WHERE f.org_id = t.org_id AND f.event_id = t.event_id
+                              AND f.recommendation_id = t.recommendation_id
+                              AND f.outcome IN ('accepted', 'applied')
+                            LIMIT 1) AS a ON true
+         ORDER BY t.created_at DESC",
     )
     .bind(scope.org)
     .bind(scope.period.since)

@@ -53,6 +53,9 @@ pub struct DecisionItemRecord {
     /// For a priced model candidate, what the shared model and its prior predicted of it when
     /// shown (its own evidence is the answers' surprise against this).
     pub predicted: Option<f64>,
+    /// The expected cost change per run it was served with (counted for accepted items,
+    /// sql/0019).
+    pub expected_cost_delta_usd: Option<f64>,
 }
 
 /// Inserts decisions (and their items) in one transaction: all are durable when this returns.
@@ -99,6 +102,7 @@ pub async fn insert_decisions(
         prior_mean: Option<f64>,
         prior_sd: Option<f64>,
         predicted: Option<f64>,
+        expected_cost_delta_usd: Option<f64>,
     }
     let logs: Vec<LogRow<'_>> = decisions
         .iter()
@@ -137,6 +141,7 @@ pub async fn insert_decisions(
                 prior_mean: i.source.prior().map(|p| p.mean),
                 prior_sd: i.source.prior().map(|p| p.sd),
                 predicted: i.predicted,
+                expected_cost_delta_usd: i.expected_cost_delta_usd,
             })
         })
         .collect();
@@ -169,14 +174,15 @@ pub async fn insert_decisions(
          )
          INSERT INTO decision_items (org_id, event_id, recommendation_id, position, recommendation_type,
                                      model_provider, diff, score, propensity, candidate_features,
-                                     source, model_version_id, prior_mean, prior_sd, predicted)
+                                     source, model_version_id, prior_mean, prior_sd, predicted,
+                                     expected_cost_delta_usd)
          SELECT org_id, event_id, recommendation_id, position, recommendation_type, model_provider, diff,
                 score, propensity, candidate_features, source, model_version_id, prior_mean, prior_sd,
-                predicted
+                predicted, expected_cost_delta_usd
          FROM jsonb_to_recordset($2) AS r(org_id text, event_id uuid, recommendation_id text, position int,
               recommendation_type text, model_provider text, diff jsonb, score float8, propensity float8,
               candidate_features real[], source text, model_version_id text, prior_mean float8,
-              prior_sd float8, predicted float8)",
+              prior_sd float8, predicted float8, expected_cost_delta_usd float8)",
     )
     .bind(sqlx::types::Json(&logs))
     .bind(sqlx::types::Json(&items))

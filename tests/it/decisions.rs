@@ -57,6 +57,7 @@ fn decision(org: &str, event_id: Uuid) -> DecisionRecord {
                     CandidateSource::Heuristic
                 },
                 predicted: (p == 2).then_some(0.55),
+                expected_cost_delta_usd: Some(0.001 * f64::from(p)),
             })
             .collect(),
     }

@@ -632,25 +632,34 @@ async fn acceptance_counts_equal_the_row_level_truth_under_concurrent_answers() 
                     .map(|c| (c.key, c.shown, c.accepted))
                     .collect();
             assert_eq!(counted, truth, "{group_by:?}");
-            // Reported reliability deltas of the accepted items: count and sum (in micro-units,
-            // as the two sums add in different orders).
-            let truth: Vec<(String, i64, i64, i64)> = sqlx::query_as(&format!(
+            // Reported reliability deltas and expected cost changes of the accepted items: counts
+            // and sums (in millionths, as the two sums add in different orders).
+            let truth: Vec<(String, i64, i64, i64, i64, i64)> = sqlx::query_as(&format!(
                 "SELECT {column}, count(*), count(reliability_delta),
-                        round(coalesce(sum(reliability_delta), 0) * 1e6)::bigint
+                        round(coalesce(sum(reliability_delta), 0) * 1e6)::bigint,
+                        count(expected_cost_delta_usd),
+                        round(coalesce(sum(expected_cost_delta_usd), 0) * 1e6)::bigint
                  FROM analyst_shown_recommendations WHERE org_id = 'acme' AND accepted
                  GROUP BY 1 ORDER BY 2 DESC, 1"
             ))
             .fetch_all(app.db.pool())
             .await
             .unwrap();
-            let counted: Vec<(String, i64, i64, i64)> =
-                analytics::accepted_reliability(app.db.pool(), scope, group_by)
+            let micro = |sum: f64| (sum * 1e6).round() as i64;
+            let counted: Vec<(String, i64, i64, i64, i64, i64)> =
+                analytics::accepted_outcomes(app.db.pool(), scope, group_by)
                     .await
                     .unwrap()
                     .into_iter()
                     .map(|r| {
-                        let micro = (r.reliability_delta_sum * 1e6).round() as i64;
-                        (r.key, r.accepted, r.reported, micro)
+                        (
+                            r.key,
+                            r.accepted,
+                            r.reliability_reported,
+                            micro(r.reliability_delta_sum),
+                            r.cost_known,
+                            micro(r.cost_delta_sum),
+                        )
                     })
                     .collect();
             assert_eq!(counted, truth, "{group_by:?} reliability");
