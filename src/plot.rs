@@ -58,6 +58,15 @@ fn register_fonts() {
 
 /// Draws `panels` in a grid `columns` wide into the PNG file `path` (its directory is created).
 pub fn write_png(path: &Path, panels: &[Panel], columns: usize) -> Result<(), PlotError> {
+    write_atomically(path, |partial| draw(partial, panels, columns.max(1)))
+}
+
+/// Creates `path`'s directory, has `draw` write a temporary file beside it and renames that
+/// into place, so a reader never sees half a chart.
+fn write_atomically(
+    path: &Path,
+    draw: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<(), PlotError> {
     let fail = |message: String| PlotError {
         path: path.to_owned(),
         message,
@@ -70,7 +79,7 @@ pub fn write_png(path: &Path, panels: &[Panel], columns: usize) -> Result<(), Pl
         .ok_or_else(|| fail("the path names no file".to_owned()))?;
     // The encoder picks the format from the extension, so the temporary name keeps `.png`.
     let partial = path.with_file_name(format!(".{}.partial.png", name.to_string_lossy()));
-    draw(&partial, panels, columns.max(1)).map_err(|e| {
+    draw(&partial).map_err(|e| {
         let _ = std::fs::remove_file(&partial);
         fail(e)
     })?;
@@ -251,22 +260,9 @@ pub fn write_interval_png(
     x_label: &str,
     rows: &[IntervalRow],
 ) -> Result<(), PlotError> {
-    let fail = |message: String| PlotError {
-        path: path.to_owned(),
-        message,
-    };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
-    }
-    let name = path
-        .file_name()
-        .ok_or_else(|| fail("the path names no file".to_owned()))?;
-    let partial = path.with_file_name(format!(".{}.partial.png", name.to_string_lossy()));
-    draw_intervals(&partial, title, x_label, rows).map_err(|e| {
-        let _ = std::fs::remove_file(&partial);
-        fail(e)
-    })?;
-    std::fs::rename(&partial, path).map_err(|e| fail(e.to_string()))
+    write_atomically(path, |partial| {
+        draw_intervals(partial, title, x_label, rows)
+    })
 }
 
 fn draw_intervals(

@@ -23,21 +23,41 @@ pub struct AcceptanceArgs {
     /// What to group by.
     #[arg(long, value_enum)]
     pub group_by: Group,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// How to print them.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// Which decisions an analyst command counts (`arc-rec analytics`, `arc-rec report`).
+#[derive(Debug, Args)]
+pub struct ScopeArgs {
     /// First day included (YYYY-MM-DD, UTC).
     #[arg(long, value_parser = parse_day)]
     pub since: Option<NaiveDate>,
     /// First day excluded (YYYY-MM-DD, UTC).
     #[arg(long, value_parser = parse_day)]
     pub until: Option<NaiveDate>,
-    /// One organization's numbers; without it, every organization's together.
+    /// One organization's figures; without it, every organization's together.
     #[arg(long)]
     pub org: Option<String>,
     /// Only decisions placed in this failure cluster.
     #[arg(long)]
     pub cluster: Option<String>,
-    /// How to print them.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+}
+
+impl ScopeArgs {
+    /// The storage scope; an empty or inverted period is an error naming `--since`.
+    pub fn scope(&self) -> anyhow::Result<Scope<'_>> {
+        let period =
+            Period::new(self.since, self.until).map_err(|err| anyhow::anyhow!("--since: {err}"))?;
+        Ok(Scope {
+            org: self.org.as_deref(),
+            period,
+            cluster: self.cluster.as_deref(),
+        })
+    }
 }
 
 /// The groupings (the API's `group_by`, with `policy` for `policy_version`).
@@ -82,7 +102,7 @@ pub enum Format {
     Json,
 }
 
-pub(super) fn parse_day(text: &str) -> Result<NaiveDate, String> {
+fn parse_day(text: &str) -> Result<NaiveDate, String> {
     NaiveDate::parse_from_str(text, "%Y-%m-%d")
         .map_err(|err| format!("expected a UTC day as YYYY-MM-DD ({err})"))
 }
@@ -91,14 +111,8 @@ pub(super) fn parse_day(text: &str) -> Result<NaiveDate, String> {
 pub async fn run(command: &AnalyticsCommand, database: &Database) -> anyhow::Result<()> {
     match command {
         AnalyticsCommand::Acceptance(args) => {
-            let period = Period::new(args.since, args.until)
-                .map_err(|err| anyhow::anyhow!("--since: {err}"))?;
+            let scope = args.scope.scope()?;
             let group_by = GroupBy::from(args.group_by);
-            let scope = Scope {
-                org: args.org.as_deref(),
-                period,
-                cluster: args.cluster.as_deref(),
-            };
             let counts = analytics::acceptance(database.pool(), scope, group_by).await?;
             let response = AcceptanceResponse::new(group_by, counts);
             print!("{}", render(&response, args.format)?);

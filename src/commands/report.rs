@@ -6,14 +6,13 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use chrono::NaiveDate;
 use clap::Args;
 
-use super::analytics::parse_day;
+use super::analytics::ScopeArgs;
 use crate::dashboard::{self, Chart, Dashboard, Filters, drift};
 use crate::plot::{IntervalRow, Panel, Series};
 use crate::storage::Database;
-use crate::storage::analytics::{self, GroupBy, Period, Scope};
+use crate::storage::analytics::{self, GroupBy};
 
 /// `arc-rec report`.
 #[derive(Debug, Args)]
@@ -22,36 +21,20 @@ pub struct ReportArgs {
     /// missing, files of an earlier report replaced.
     #[arg(long)]
     pub out: PathBuf,
-    /// First day included (YYYY-MM-DD, UTC).
-    #[arg(long, value_parser = parse_day)]
-    pub since: Option<NaiveDate>,
-    /// First day excluded (YYYY-MM-DD, UTC).
-    #[arg(long, value_parser = parse_day)]
-    pub until: Option<NaiveDate>,
-    /// One organization's report; without it, every organization's together.
-    #[arg(long)]
-    pub org: Option<String>,
-    /// Only decisions placed in this failure cluster.
-    #[arg(long)]
-    pub cluster: Option<String>,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
 }
 
 /// Writes the report and prints where, with the number of drift alarms.
 pub async fn run(args: &ReportArgs, database: &Database) -> anyhow::Result<()> {
-    let period =
-        Period::new(args.since, args.until).map_err(|err| anyhow::anyhow!("--since: {err}"))?;
+    let scope = args.scope.scope()?;
     let filters = Filters {
-        period,
-        cluster: args.cluster.clone(),
-    };
-    let scope = Scope {
-        org: args.org.as_deref(),
-        period,
-        cluster: args.cluster.as_deref(),
+        period: scope.period,
+        cluster: args.scope.cluster.clone(),
     };
     let pool = database.pool();
     let (figures, by_day_and_cluster) = tokio::try_join!(
-        Dashboard::load(pool, args.org.as_deref(), filters.clone()),
+        Dashboard::load(pool, scope.org, filters),
         analytics::acceptance_by_day(pool, scope, GroupBy::Cluster),
     )?;
     let drift = drift::drift(&by_day_and_cluster);

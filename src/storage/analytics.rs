@@ -193,8 +193,8 @@ pub async fn counted_clusters(
 }
 
 /// What is known of the accepted recommendations of one group: the reliability deltas the
-/// platform reported with them (sql/0018) and the expected cost changes they were served with
-/// (sql/0019), each as a count of items that had one and their sum.
+/// platform reported with them and the expected cost changes they were served with (sql/0018),
+/// each as a count of items that had one and their sum.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AcceptedOutcomes {
     pub key: String,

@@ -54,7 +54,7 @@ pub struct DecisionItemRecord {
     /// shown (its own evidence is the answers' surprise against this).
     pub predicted: Option<f64>,
     /// The expected cost change per run it was served with (counted for accepted items,
-    /// sql/0019).
+    /// sql/0018).
     pub expected_cost_delta_usd: Option<f64>,
 }
 

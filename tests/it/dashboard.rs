@@ -125,6 +125,40 @@ async fn the_dashboard_asks_for_a_key_and_keeps_an_analysts_in_an_http_only_cook
     assert!(stale.text().await.unwrap().contains("sign in again"));
 }
 
+/// The contract's data and nine served decisions with one answer each, about position 0 or 1
+/// alternately, two in three accepted (each with a reported reliability delta of 0.1).
+async fn nine_answered_decisions() -> TestApp {
+    let app = with_contract_data().await;
+    for i in 0..9 {
+        let body = recommend_contract(&app).await;
+        let outcome = if i % 3 == 0 { "rejected" } else { "accepted" };
+        let feedback = json!({"event_id": body["event_id"], "recommendation_id": body["recommendations"][i % 2]["recommendation_id"], "outcome": outcome, "reliability_delta": 0.1});
+        let status = app
+            .post("/v1/feedback", Some(&app.platform_key), &feedback)
+            .await
+            .status();
+        assert_eq!(status, 201);
+    }
+    app
+}
+
+/// Shown and accepted by recommendation type, most shown first, straight from the tables (not
+/// from the views or the counts).
+async fn acceptance_by_type_from_the_tables(app: &TestApp) -> Vec<(String, i64, i64)> {
+    sqlx::query_as(
+        "SELECT i.recommendation_type, count(*),
+                count(*) FILTER (WHERE EXISTS (
+                    SELECT 1 FROM feedback f WHERE f.org_id = i.org_id AND f.event_id = i.event_id
+                      AND f.recommendation_id = i.recommendation_id
+                      AND f.outcome IN ('accepted', 'applied')))
+         FROM decision_items i WHERE i.org_id = 'acme'
+         GROUP BY 1 ORDER BY 2 DESC, 1",
+    )
+    .fetch_all(app.db.pool())
+    .await
+    .unwrap()
+}
+
 /// `data-key`/`data-rate`/`data-count` of one chart's bars, by key.
 fn chart_bars(html: &str, title: &str) -> Vec<(String, f64, i64)> {
     let start = html.find(&format!("<title>{title}</title>")).unwrap();
@@ -148,30 +182,8 @@ fn chart_bars(html: &str, title: &str) -> Vec<(String, f64, i64)> {
 
 #[tokio::test]
 async fn the_dashboard_the_api_and_the_cli_agree_with_a_hand_written_query() {
-    let app = with_contract_data().await;
-    for i in 0..9 {
-        let body = recommend_contract(&app).await;
-        let outcome = if i % 3 == 0 { "rejected" } else { "accepted" };
-        let feedback = json!({"event_id": body["event_id"], "recommendation_id": body["recommendations"][i % 2]["recommendation_id"], "outcome": outcome, "reliability_delta": 0.1});
-        let status = app
-            .post("/v1/feedback", Some(&app.platform_key), &feedback)
-            .await
-            .status();
-        assert_eq!(status, 201);
-    }
-    // By recommendation type, straight from the tables, not from the views or the counts.
-    let truth: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT i.recommendation_type, count(*),
-                count(*) FILTER (WHERE EXISTS (
-                    SELECT 1 FROM feedback f WHERE f.org_id = i.org_id AND f.event_id = i.event_id
-                      AND f.recommendation_id = i.recommendation_id
-                      AND f.outcome IN ('accepted', 'applied')))
-         FROM decision_items i WHERE i.org_id = 'acme'
-         GROUP BY 1 ORDER BY 2 DESC, 1",
-    )
-    .fetch_all(app.db.pool())
-    .await
-    .unwrap();
+    let app = nine_answered_decisions().await;
+    let truth = acceptance_by_type_from_the_tables(&app).await;
     assert!(truth.iter().map(|t| t.2).sum::<i64>() == 6, "{truth:?}");
     let rate = |shown: i64, accepted: i64| accepted as f64 / shown as f64;
 
@@ -331,29 +343,8 @@ async fn the_dashboard_the_api_and_the_cli_agree_with_a_hand_written_query() {
 /// out of the page scripts' reach (HttpOnly). The screenshot is kept in the target directory.
 #[tokio::test]
 async fn a_browser_signs_in_and_renders_the_charts_with_the_databases_numbers() {
-    let app = with_contract_data().await;
-    for i in 0..9 {
-        let body = recommend_contract(&app).await;
-        let outcome = if i % 3 == 0 { "rejected" } else { "accepted" };
-        let feedback = json!({"event_id": body["event_id"], "recommendation_id": body["recommendations"][i % 2]["recommendation_id"], "outcome": outcome});
-        let status = app
-            .post("/v1/feedback", Some(&app.platform_key), &feedback)
-            .await
-            .status();
-        assert_eq!(status, 201);
-    }
-    let truth: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT i.recommendation_type, count(*),
-                count(*) FILTER (WHERE EXISTS (
-                    SELECT 1 FROM feedback f WHERE f.org_id = i.org_id AND f.event_id = i.event_id
-                      AND f.recommendation_id = i.recommendation_id
-                      AND f.outcome IN ('accepted', 'applied')))
-         FROM decision_items i WHERE i.org_id = 'acme'
-         GROUP BY 1 ORDER BY 2 DESC, 1",
-    )
-    .fetch_all(app.db.pool())
-    .await
-    .unwrap();
+    let app = nine_answered_decisions().await;
+    let truth = acceptance_by_type_from_the_tables(&app).await;
     let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
     let _ = std::fs::remove_file(&screenshot);
     let script = concat!(

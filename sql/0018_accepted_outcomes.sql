@@ -1,15 +1,24 @@
--- The expected cost change of accepted recommendations, counted beside acceptance (sql/0015)
--- and the reported reliability deltas (sql/0018): each shown item now keeps the
--- `expected_cost_delta_usd` it was served with, and an accepted item adds it to its group's
--- `accepted_cost_delta_sum` (`accepted_cost_known` counts the accepted items that had one), so
--- the dashboard answers "what do accepted recommendations cost per run" from the same counts.
+-- What accepted recommendations did, counted beside the acceptance counts (sql/0015), so the
+-- dashboard reads the same few thousand summed rows instead of joining the feedback with the
+-- decision log (seconds at a million decisions):
+--   - the reliability delta the platform reports with an accepting answer: an item's delta is
+--     the one its first accepting answer (`accepted` or `applied`) carried, the answer that
+--     counted it as accepted (`reliability_reported` counts them, `reliability_delta_sum` adds
+--     them up);
+--   - the expected cost change per run an item was served with: each shown item now keeps its
+--     `expected_cost_delta_usd`, and an accepted item adds it to `accepted_cost_delta_sum`
+--     (`accepted_cost_known` counts the accepted items that had one).
 
 ALTER TABLE decision_items ADD COLUMN expected_cost_delta_usd DOUBLE PRECISION;
 
 ALTER TABLE acceptance_counts
+    ADD COLUMN reliability_reported BIGINT NOT NULL DEFAULT 0 CHECK (reliability_reported >= 0),
+    ADD COLUMN reliability_delta_sum DOUBLE PRECISION NOT NULL DEFAULT 0,
     ADD COLUMN accepted_cost_known BIGINT NOT NULL DEFAULT 0 CHECK (accepted_cost_known >= 0),
     ADD COLUMN accepted_cost_delta_sum DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE acceptance_deltas
+    ADD COLUMN reliability_reported BIGINT NOT NULL DEFAULT 0 CHECK (reliability_reported >= 0),
+    ADD COLUMN reliability_delta_sum DOUBLE PRECISION NOT NULL DEFAULT 0,
     ADD COLUMN accepted_cost_known BIGINT NOT NULL DEFAULT 0 CHECK (accepted_cost_known >= 0),
     ADD COLUMN accepted_cost_delta_sum DOUBLE PRECISION NOT NULL DEFAULT 0;
 
@@ -76,8 +85,9 @@ BEGIN
 END
 $$;
 
--- Row-level truth: each shown item's expected cost change as it was served (NULL for items
--- logged before this column).
+-- Row-level truth of the new columns: each shown item's reliability delta as its first
+-- accepting answer reported it (NULL when it was not accepted or the answer carried none), and
+-- its expected cost change as it was served (NULL for items logged before this column).
 CREATE OR REPLACE VIEW analyst_shown_recommendations AS
 SELECT
     i.org_id,
