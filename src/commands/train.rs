@@ -566,3 +566,37 @@ impl Observer for Console {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rl_step(step: u64, pass_at_1: f64) -> StepMetrics {
+        serde_json::from_value(json!({
+            "step": step, "phase": "rl", "learning_rate": 1e-4, "loss": 0.0, "grad_norm": 0.0,
+            "updated": true, "tokens": 10, "reward_mean": 2.0 * pass_at_1 - 1.0, "reward_std": 1.0,
+            "pass_at_1": pass_at_1, "pass_at_k": 0.5, "maj_at_k": 0.5,
+            "nonzero_advantage_fraction": 1.0, "kl": 0.0, "entropy": 1.0, "clip_fraction": 0.0,
+            "format_validity": 1.0, "completion_tokens_mean": 10.0, "completion_tokens_max": 12,
+            "prompts_drawn": 4, "step_seconds": 1.0, "tokens_per_second": 10.0
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_rl_curve_keeps_at_most_a_hundred_bin_means_at_their_last_steps() {
+        // 250 RL steps (10..260): bins of 3, the last of one; pass@1 = step / 1000.
+        let steps: Vec<StepMetrics> = (10..260).map(|s| rl_step(s, s as f64 / 1000.0)).collect();
+        let refs: Vec<&StepMetrics> = steps.iter().collect();
+        let curve = rl_curve(&refs);
+        assert_eq!(curve.len(), 84);
+        assert_eq!(curve[0]["step"], 12);
+        assert!((curve[0]["pass_at_1"].as_f64().unwrap() - 0.011).abs() < 1e-12);
+        assert_eq!(curve[83]["step"], 259);
+        assert!((curve[83]["pass_at_1"].as_f64().unwrap() - 0.259).abs() < 1e-12);
+        assert!((curve[0]["reward_mean"].as_f64().unwrap() + 0.978).abs() < 1e-12);
+        // Fewer steps than points: one point per step; none without RL steps.
+        assert_eq!(rl_curve(&refs[..7]).len(), 7);
+        assert!(rl_curve(&[]).is_empty());
+    }
+}
