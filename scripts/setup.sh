@@ -36,11 +36,11 @@ if ! command -v psql >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/
 fi
 
 if [ "${ARC_REC_WITH_BROWSER:-0}" = "1" ] && ! command -v chromium >/dev/null 2>&1; then
-    echo "setup: installing headless Chromium (Debian package chromium) for the dashboard's browser test"
+    echo "setup: installing headless Chromium (Debian packages chromium, fonts-dejavu-core) for the dashboard's browser test"
     SUDO=""
     if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
 fi
 
 if [ "${ARC_REC_SKIP_TORCH:-0}" != "1" ]; then
