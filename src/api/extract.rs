@@ -34,12 +34,7 @@ impl FromRequest for Caller {
     type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
 
     fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let token = request
-            .headers()
-            .get(actix_web::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(|t| t.trim().to_owned());
+        let token = bearer_token(request);
         let state = request.app_data::<web::Data<AppState>>().cloned();
         Box::pin(async move {
             let token = token.ok_or(ApiError::Unauthorized)?;
@@ -48,6 +43,16 @@ impl FromRequest for Caller {
             admit(&state, &token).await
         })
     }
+}
+
+/// The key of an `Authorization: Bearer …` header.
+pub fn bearer_token(request: &HttpRequest) -> Option<String> {
+    request
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| t.trim().to_owned())
 }
 
 /// Authenticates `token` and counts the request against the key's rate limit and daily quota:

@@ -11,7 +11,7 @@ use actix_web::{HttpRequest, HttpResponse, get, post, web};
 use chrono::NaiveDate;
 
 use crate::api::error::ApiError;
-use crate::api::extract::{Caller, admit};
+use crate::api::extract::{Caller, admit, bearer_token};
 use crate::api::state::AppState;
 use crate::auth::Permission;
 use crate::dashboard::{self, Dashboard, Filters};
@@ -65,13 +65,7 @@ fn key_cookie(request: &HttpRequest, token: Option<&str>) -> String {
 
 /// The key of a request: its bearer header, else its dashboard cookie.
 fn key_of(request: &HttpRequest) -> Option<String> {
-    let bearer = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|t| t.trim().to_owned());
-    bearer.or_else(|| {
+    bearer_token(request).or_else(|| {
         request
             .headers()
             .get_all(header::COOKIE)
