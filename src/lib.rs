@@ -5,6 +5,7 @@
 //! See `docs/ARCHITECTURE.md` for the map.
 
 pub mod api;
+pub mod atomic_file;
 pub mod auth;
 pub mod candidates;
 pub mod cli;

@@ -1,4 +1,5 @@
-//! `arc-rec export --out FILE`: write Configuration→Outcome training examples as JSON lines.
+//! `arc-rec export --out FILE`: write Configuration→Outcome training examples as JSON lines, or
+//! (`--format verl`) the RFT prompts they make as verl's dataset rows.
 
 use std::path::PathBuf;
 
@@ -10,6 +11,8 @@ use crate::export::{
     ExportFormat, ExportOptions, ExportSummary, Split, export_to_file, export_to_writer,
 };
 use crate::progress;
+use crate::rft::RftDataset;
+use crate::rft::verl_rows::{self, WorldOrigin};
 use crate::storage::Database;
 use crate::storage::export_rows::ExportFilter;
 
@@ -20,8 +23,8 @@ pub struct ExportArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Line format.
-    #[arg(long, value_enum, default_value_t = ExportFormat::Arc)]
-    pub format: ExportFormat,
+    #[arg(long, value_enum, default_value_t = FormatArg::Arc)]
+    pub format: FormatArg,
     /// Only recommendations made at or after this time (RFC 3339 or YYYY-MM-DD).
     #[arg(long, value_parser = parse_time)]
     pub since: Option<DateTime<Utc>>,
@@ -34,7 +37,8 @@ pub struct ExportArgs {
     /// Only examples whose dominant failure cluster is this (pattern_cluster_id or failure category).
     #[arg(long)]
     pub cluster: Option<String>,
-    /// Only this split.
+    /// Only this split (with --format verl: the prompts of this split, a prompt's split being
+    /// that of its smallest example id, as `arc-rec train` reads it).
     #[arg(long, value_enum)]
     pub split: Option<Split>,
     /// Percentage of examples held out for validation (by a hash of the example id).
@@ -43,9 +47,47 @@ pub struct ExportArgs {
     /// Only accepted recommendations (always so for --format chat).
     #[arg(long)]
     pub accepted_only: bool,
+    /// With --format verl: the seed of the synthetic world the history was simulated from
+    /// (`simulate --seed`), written into each row's `extra_info.world_seed`.
+    #[arg(long, requires = "world_outcomes")]
+    pub world_seed: Option<u64>,
+    /// With --format verl: that world's `simulate --outcomes` (`extra_info.world_outcomes`).
+    #[arg(long, requires = "world_seed")]
+    pub world_outcomes: Option<usize>,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--format`: the library's line formats, and verl's rows of RFT prompts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FormatArg {
+    /// arc-rec's full record: context, recommendation, outcome, reward breakdown, split.
+    Arc,
+    /// `{"prompt", "completion", "label"}`: Hugging Face TRL's prompt-completion shape; `label`
+    /// (accepted or not) makes it TRL's unpaired-preference format (KTO).
+    PromptCompletion,
+    /// `{"messages": [system, user, assistant]}` as TRL's conversational format and OpenAI
+    /// fine-tuning accept; accepted recommendations only (supervised warm-up).
+    Chat,
+    /// verl's RL dataset rows (jsonl, which verl's RLHFDataset reads): one per RFT prompt
+    /// (organization, configuration, user turn) as `arc-rec train` groups the examples, with
+    /// `data_source`, `prompt` (system and user messages, rendered by the model's chat template
+    /// as arc-rec's rollouts are), `ability`, `reward_model {style, ground_truth}` and
+    /// `extra_info` (prompt id, organization, configuration id, split, cluster, current
+    /// configuration, world seed) that `arc-rec grade serve` checks. See docs/SCALE-OUT.md.
+    Verl,
+}
+
+impl FormatArg {
+    /// The library's line format; verl's rows are made from the `arc` lines.
+    fn lines(self) -> ExportFormat {
+        match self {
+            FormatArg::Arc | FormatArg::Verl => ExportFormat::Arc,
+            FormatArg::PromptCompletion => ExportFormat::PromptCompletion,
+            FormatArg::Chat => ExportFormat::Chat,
+        }
+    }
 }
 
 /// Parses `2026-11-01` (midnight UTC) or a full RFC 3339 timestamp.
@@ -70,8 +112,9 @@ impl ExportArgs {
                 org: self.org.clone(),
                 cluster: self.cluster.clone(),
             },
-            format: self.format,
-            split: self.split,
+            format: self.format.lines(),
+            // verl's rows group every example of a context into one prompt first.
+            split: self.split.filter(|_| self.format != FormatArg::Verl),
             validation_percent: self.validation_percent,
             accepted_only: self.accepted_only,
         }
@@ -90,6 +133,13 @@ pub async fn run(
             "--since ({since}) must be before --until ({until})"
         );
     }
+    if args.format == FormatArg::Verl {
+        return run_verl(args, database, metrics).await;
+    }
+    anyhow::ensure!(
+        args.world_seed.is_none(),
+        "--world-seed and --world-outcomes go with --format verl only"
+    );
     let options = args.options();
     let bar = progress::counter("exporting");
     let summary = if args.out.as_os_str() == "-" {
@@ -102,6 +152,70 @@ pub async fn run(
     .with_context(|| format!("cannot export to {}", args.out.display()))?;
     metrics.record_export_rows(summary.examples_written);
     print_summary(args, &summary)
+}
+
+/// `--format verl`: the examples as `arc` lines in memory, read into prompts as `train` reads
+/// its data file, written as verl rows.
+async fn run_verl(
+    args: &ExportArgs,
+    database: &Database,
+    metrics: &telemetry::Metrics,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !args.accepted_only,
+        "--accepted-only does not go with --format verl: RL prompts keep every logged decision (the logged grader needs the rejections)"
+    );
+    let bar = progress::counter("exporting");
+    let mut lines = Vec::new();
+    let summary = export_to_writer(database, &args.options(), &mut lines, &bar)
+        .await
+        .context("cannot read the examples")?;
+    let source = if args.out.as_os_str() == "-" {
+        std::path::Path::new("stdout")
+    } else {
+        args.out.as_path()
+    };
+    let dataset = RftDataset::read(lines.as_slice(), source)
+        .with_context(|| format!("cannot export to {}", args.out.display()))?;
+    drop(lines);
+    let world = args
+        .world_seed
+        .zip(args.world_outcomes)
+        .map(|(seed, outcomes)| WorldOrigin { seed, outcomes });
+    let mut rows = Vec::new();
+    let written = verl_rows::write_rows(&dataset, args.split, world, &mut rows)?;
+    if args.out.as_os_str() == "-" {
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(&rows)?;
+        stdout.flush()?;
+    } else {
+        crate::atomic_file::write_atomically(&args.out, &rows)
+            .with_context(|| format!("cannot export to {}", args.out.display()))?;
+    }
+    metrics.record_export_rows(written.rows);
+    if args.json {
+        eprintln!(
+            "{}",
+            serde_json::json!({
+                "examples_read": summary.examples_written,
+                "prompts_written": written.rows,
+                "bytes_written": written.bytes,
+            })
+        );
+    } else {
+        eprintln!(
+            "wrote {} verl rows (RFT prompts{}) from {} examples ({:.1} MB) to {}",
+            written.rows,
+            args.split
+                .map(|s| format!(", {s:?} split").to_lowercase())
+                .unwrap_or_default(),
+            summary.examples_written,
+            written.bytes as f64 / 1e6,
+            args.out.display()
+        );
+    }
+    Ok(())
 }
 
 fn print_summary(args: &ExportArgs, summary: &ExportSummary) -> anyhow::Result<()> {

@@ -273,12 +273,13 @@ fn user_field(user_context: &Value, field: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
 
-    fn line(id: &str, config: &str, status: &str, diff: Value, split: &str) -> String {
+    /// One `arc` export line of organization acme.
+    pub(crate) fn line(id: &str, config: &str, status: &str, diff: Value, split: &str) -> String {
         json!({
             "id": id, "org": "acme", "diff_id": id, "config_id": config,
             "created_at": "2026-06-01T00:00:00Z", "split": split, "cluster": null,

@@ -12,6 +12,7 @@ pub mod grader;
 pub mod learned_grader;
 pub mod model_candidates;
 pub mod schema;
+pub mod verl_rows;
 pub mod world_truths;
 
 pub use completion::{FormatError, ParsedRecommendation, canonical_answer, parse_recommendation};

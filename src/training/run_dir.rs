@@ -489,17 +489,7 @@ pub fn read_learned_grader(
     Ok(std::sync::Arc::new(grader))
 }
 
-/// Writes `path` through a synced temporary file and a rename, so it is whole or absent.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let parent = path.parent().unwrap_or(Path::new("."));
-    let mut temp = tempfile::NamedTempFile::new_in(parent)
-        .with_context(|| format!("cannot write in {}", parent.display()))?;
-    temp.write_all(bytes)?;
-    temp.as_file().sync_all()?;
-    temp.persist(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
-}
+pub use crate::atomic_file::write_atomically;
 
 fn remove_if_present(path: &Path) -> anyhow::Result<()> {
     match fs::remove_dir_all(path) {
