@@ -77,6 +77,11 @@ pub enum Command {
     /// Fails, writing nothing, when no recommendation passes.
     #[cfg(feature = "rft")]
     Candidates(crate::commands::candidates::CandidatesArgs),
+    /// A run's grader for a trainer outside arc-rec (verl, see docs/SCALE-OUT.md): JSON lines of
+    /// completions in, rewards and verdicts out (no database).
+    #[cfg(feature = "rft")]
+    #[command(subcommand)]
+    Grade(crate::commands::grade::GradeCommand),
 }
 
 /// `arc-rec db ...`.

@@ -81,6 +81,10 @@ async fn run_command(cli: &Cli, metrics: &telemetry::Metrics) -> anyhow::Result<
         Command::Candidates(args) => {
             return commands::candidates::run(args, &cli.database).await;
         }
+        #[cfg(feature = "rft")]
+        Command::Grade(grade) => {
+            return tokio::task::block_in_place(|| commands::grade::run(grade));
+        }
         _ => {}
     }
     let database = commands::open_database(&cli.database).await?;
@@ -153,7 +157,11 @@ async fn dispatch(
         // These are run by `run_command` itself (no database, or their own signal handling).
         Command::Serve(_) | Command::Db(_) => anyhow::bail!("not dispatched here"),
         #[cfg(feature = "rft")]
-        Command::Model(_) | Command::Train(_) | Command::Eval(_) | Command::Candidates(_) => {
+        Command::Model(_)
+        | Command::Train(_)
+        | Command::Eval(_)
+        | Command::Candidates(_)
+        | Command::Grade(_) => {
             anyhow::bail!("not dispatched here")
         }
     }

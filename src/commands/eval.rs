@@ -62,6 +62,11 @@ pub struct EvalArgs {
     /// `train` and `candidates` do by default; `off` measures the model's unconstrained validity.
     #[arg(long, value_enum, default_value_t = Constrained::On)]
     pub constrained: Constrained,
+    /// Also write every graded completion (each model's samples and greedy completion, with the
+    /// prompt id, the draw key and the reward) to this JSON-lines file: what an outside grader
+    /// (`arc-rec grade serve`, verl's `compute_score`) is checked against.
+    #[arg(long, value_name = "FILE")]
+    pub samples_out: Option<PathBuf>,
     /// Print the figures as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -142,6 +147,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         seed: args.seed,
         batch_prompts: args.batch_prompts,
         constrained: args.constrained.is_on(),
+        keep_samples: args.samples_out.is_some(),
     };
     let mut models = run_models(&settings, &args.run);
     if !args.models.is_empty() {
@@ -235,6 +241,15 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     write_atomically(&json_path, text.as_bytes())?;
     let plot_path = args.run.join(EVAL_PLOT_FILE);
     write_png(&plot_path, &panels(&report), 3)?;
+    if let Some(path) = &args.samples_out {
+        let mut lines = Vec::new();
+        for sample in report.models.iter().flat_map(|m| &m.samples) {
+            serde_json::to_writer(&mut lines, sample)?;
+            lines.push(b'\n');
+        }
+        write_atomically(path, &lines)
+            .with_context(|| format!("--samples-out {}", path.display()))?;
+    }
     if args.json {
         println!("{text}");
     } else {

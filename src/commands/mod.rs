@@ -14,6 +14,8 @@ pub mod cluster;
 #[cfg(feature = "rft")]
 pub mod eval;
 pub mod export;
+#[cfg(feature = "rft")]
+pub mod grade;
 pub mod ingest;
 pub mod keys;
 #[cfg(feature = "rft")]

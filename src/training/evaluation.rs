@@ -158,6 +158,24 @@ pub struct EvalSettings {
     pub batch_prompts: usize,
     /// Draw every completion under the recommendation grammar.
     pub constrained: bool,
+    /// Keep every graded completion in [`ModelReport::samples`] (`eval --samples-out`).
+    pub keep_samples: bool,
+}
+
+/// One graded completion of an evaluation (`eval --samples-out`): what a grader outside eval
+/// (`arc-rec grade serve`, verl's `compute_score`) must answer for the same completion.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvalSample {
+    pub model: RunModel,
+    pub prompt_id: String,
+    /// The temperature-0 completion, or one of the n samples.
+    pub greedy: bool,
+    pub completion: String,
+    /// The key of the world's acceptance draw (`--seed`).
+    pub draw: u64,
+    pub reward: f64,
+    pub accepted: bool,
+    pub format_valid: bool,
 }
 
 /// One model's figures on the held-out prompts.
@@ -200,6 +218,10 @@ pub struct ModelReport {
     /// reference itself).
     #[serde(default)]
     pub gap_closed: Option<GapClosed>,
+    /// Every graded completion, the n samples then the greedy one per prompt, when
+    /// [`EvalSettings::keep_samples`] (`eval --samples-out`; not part of `eval.json`).
+    #[serde(skip)]
+    pub samples: Vec<EvalSample>,
 }
 
 /// One held-out prompt's figures for one model.
@@ -263,6 +285,7 @@ pub fn evaluate(
     settings: EvalSettings,
     progress: &mut dyn FnMut(usize),
 ) -> anyhow::Result<ModelReport> {
+    let mut graded_samples = Vec::new();
     let started = Instant::now();
     let n = settings.n;
     let world = grader.kind() == crate::rft::GraderKind::World;
@@ -360,6 +383,21 @@ pub fn evaluate(
                 figures.greedy_acceptance_probability = world.then_some(probability);
                 figures.greedy_answer.clone_from(&verdict.answer);
             }
+            if settings.keep_samples {
+                let graded = group.samples.iter().map(|s| (false, s));
+                for (greedy, sample) in graded.chain(top.samples.iter().map(|s| (true, s))) {
+                    graded_samples.push(EvalSample {
+                        model: which,
+                        prompt_id: batch[index].prompt.id.clone(),
+                        greedy,
+                        completion: policy.decode(&sample.tokens),
+                        draw: settings.seed,
+                        reward: sample.verdict.reward,
+                        accepted: sample.verdict.accepted,
+                        format_valid: sample.verdict.format_valid,
+                    });
+                }
+            }
             per_prompt.push(figures);
         }
         done += batch.len();
@@ -389,6 +427,7 @@ pub fn evaluate(
         seconds: started.elapsed().as_secs_f64(),
         per_prompt,
         gap_closed: None,
+        samples: graded_samples,
     })
 }
 
@@ -454,6 +493,7 @@ mod tests {
             seconds: 0.0,
             per_prompt: Vec::new(),
             gap_closed: None,
+            samples: Vec::new(),
         }
     }
 
