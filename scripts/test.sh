@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ARC_REC_WITH_BROWSER=1 scripts/setup.sh
+# verl and the integration in their own virtualenv (.venv-verl): the through-verl checks
+# (registry, RLHFDataset) run on every test run.
+scripts/verl/setup.sh
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
 
@@ -30,5 +33,9 @@ cargo test --workspace --locked
 echo "== python scripts' tests (the experiment tables' bootstraps)"
 .venv/bin/python scripts/test_rft_experiment_table.py
 .venv/bin/python scripts/test_pipeline_table.py
+echo "== the verl integration's Python tests (arc-rec's estimators against the Rust figures)"
+(cd integrations/verl && ../../.venv/bin/python -m unittest discover -s tests -t .)
+echo "== the same through verl's own registry (.venv-verl)"
+(cd integrations/verl && ../../.venv-verl/bin/python -m unittest discover -s tests -t .)
 echo "== cargo build --no-default-features (service without libtorch)"
 cargo build --no-default-features --locked --bin arc-rec

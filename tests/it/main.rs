@@ -42,3 +42,6 @@ mod simulate;
 /// `arc-rec train`: crash and resume, rollback, records, bad input.
 #[cfg(feature = "rft")]
 mod train;
+/// The verl integration: rows, the grader process, compute_score against eval's rewards.
+#[cfg(feature = "rft")]
+mod verl;
