@@ -2,7 +2,8 @@
 # Installs what arc-rec needs to build, test and run, and nothing twice (idempotent):
 #   - PostgreSQL server binaries (Debian's `postgresql`) when no initdb/pg_ctl can be found;
 #   - a project-local virtualenv `.venv` with torch==2.11.0 from PyPI (libtorch for tch 0.24),
-#     plus transformers==5.23.0 and peft==0.21.2 (the PEFT cross-check test and bench/).
+#     plus transformers==5.23.0 and peft==0.21.2 (the PEFT cross-check test and bench/), and
+#     vowpalwabbit==9.11.9 and mabwiser==2.7.4 (the peers of `bench bandit --peers`).
 #   - with ARC_REC_WITH_BROWSER=1 (the test command), Debian's `chromium` for the dashboard's
 #     headless-browser test.
 # Set ARC_REC_SKIP_TORCH=1 to skip the virtualenv (for `--no-default-features` builds).
@@ -12,6 +13,8 @@ cd "$(dirname "$0")/.."
 TORCH_VERSION=2.11.0
 TRANSFORMERS_VERSION=5.23.0
 PEFT_VERSION=0.21.2
+VOWPALWABBIT_VERSION=9.11.9
+MABWISER_VERSION=2.7.4
 
 have_postgres() {
     command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1 && return 0
@@ -59,6 +62,16 @@ sys.exit(version('transformers') != '$TRANSFORMERS_VERSION' or version('peft') !
         echo "setup: installing transformers==$TRANSFORMERS_VERSION and peft==$PEFT_VERSION into .venv"
         .venv/bin/pip install --quiet --progress-bar off --no-cache-dir "torch==$TORCH_VERSION" \
             "transformers==$TRANSFORMERS_VERSION" "peft==$PEFT_VERSION"
+    fi
+    if ! .venv/bin/python -c "
+import sys
+from importlib.metadata import version
+sys.exit(version('vowpalwabbit') != '$VOWPALWABBIT_VERSION' or version('mabwiser') != '$MABWISER_VERSION')
+" >/dev/null 2>&1; then
+        echo "setup: installing vowpalwabbit==$VOWPALWABBIT_VERSION and mabwiser==$MABWISER_VERSION into .venv"
+        .venv/bin/pip install --quiet --progress-bar off --no-cache-dir "torch==$TORCH_VERSION" \
+            "transformers==$TRANSFORMERS_VERSION" "peft==$PEFT_VERSION" \
+            "vowpalwabbit==$VOWPALWABBIT_VERSION" "mabwiser==$MABWISER_VERSION"
     fi
 fi
 echo "setup: ok"

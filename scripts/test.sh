@@ -33,6 +33,8 @@ cargo test --workspace --locked
 echo "== python scripts' tests (the experiment tables' bootstraps)"
 .venv/bin/python scripts/test_rft_experiment_table.py
 .venv/bin/python scripts/test_pipeline_table.py
+echo "== bench bandit's peers (Vowpal Wabbit, MABWiser) learn and see every candidate"
+.venv/bin/python bench/test_peers.py
 echo "== the verl integration's Python tests (arc-rec's estimators against the Rust figures)"
 (cd integrations/verl && ../../.venv/bin/python -m unittest discover -s tests -t .)
 echo "== the same through verl's own registry (.venv-verl)"

@@ -73,6 +73,24 @@ pub struct BenchBanditArgs {
     /// Feedback is applied in batches of this many rounds.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub feedback_batch: u64,
+    /// Rounds reported as the cold start (the first ones), by true acceptance.
+    #[arg(long, default_value_t = 500)]
+    pub cold_start: u64,
+    /// Other engines on the same rounds, candidate lists and information, comma-separated: `vw`
+    /// (Vowpal Wabbit's `--cb_explore_adf` with quadratic context × action features: SquareCB,
+    /// epsilon-greedy 0.05 and RegCB-opt; or one of vw-squarecb, vw-epsilon, vw-regcb, vw-bag)
+    /// and `mabwiser` (MABWiser's LinTS, one arm per distinct candidate). They run in a Python
+    /// process (`--python`; scripts/setup.sh installs vowpalwabbit and mabwiser into .venv).
+    #[arg(long, value_delimiter = ',')]
+    pub peers: Vec<String>,
+    /// The Python interpreter of the peers (default: .venv/bin/python when it exists, else
+    /// python3).
+    #[arg(long)]
+    pub python: Option<std::path::PathBuf>,
+    /// Also draw each policy's cumulative regret against the oracle (true acceptance) over the
+    /// rounds to this PNG.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<std::path::PathBuf>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -295,11 +313,35 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
                 thompson(bandit::ModelKind::Logistic),
             ),
         ],
+        cold_start: usize::try_from(args.cold_start)?,
     };
+    let peer_policies = crate::commands::bench_peers::expand_peers(&args.peers)?;
+    let python = args
+        .python
+        .clone()
+        .unwrap_or_else(crate::commands::bench_peers::default_python);
+    let seed = args.seed;
     let environment = Environment::new(&world);
     let started = Instant::now();
-    let report =
-        tokio::task::spawn_blocking(move || run(&environment, &indexes, &config)).await??;
+    let report = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let mut peers = if peer_policies.is_empty() {
+            None
+        } else {
+            Some(crate::commands::bench_peers::PythonPeers::start(
+                &python,
+                peer_policies,
+                seed,
+            )?)
+        };
+        let peers = peers
+            .as_mut()
+            .map(|p| p as &mut dyn crate::recommend::benchmark::PeerPolicies);
+        Ok(run(&environment, &indexes, &config, peers)?)
+    })
+    .await??;
+    if let Some(path) = &args.plot {
+        crate::plot::write_png(path, &[regret_panel(&report)], 1)?;
+    }
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
         return Ok(());
@@ -340,5 +382,64 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
         "bandit alone: {:.0} decisions/s (rank of ~{:.0} candidates)",
         report.thompson_decisions_per_s, report.mean_candidates
     );
+    println!("\ntrue acceptance of what each showed (the world's probability, no draw noise):");
+    println!(
+        "{:<22} {:>12} {:>14} {:>10} {:>13}",
+        "policy",
+        format!("first {}", report.cold_start_rounds),
+        format!("last {}", report.last_quarter_rounds),
+        "x oracle",
+        "decisions/s"
+    );
+    for p in &report.policies {
+        println!(
+            "{:<22} {:>12.3} {:>14.3} {:>10.3} {:>13}",
+            p.policy,
+            p.cold_start_true_acceptance,
+            p.last_quarter_true_acceptance,
+            p.last_quarter_oracle_ratio,
+            p.decisions_per_s
+                .map_or_else(|| "-".to_owned(), |d| format!("{d:.0}"))
+        );
+    }
+    if !args.peers.is_empty() {
+        println!(
+            "peers saw arc-rec's candidate lists: {} (rounds with a different list: {})",
+            if report.peer_list_mismatches == 0 {
+                "every round"
+            } else {
+                "NOT every round"
+            },
+            report.peer_list_mismatches
+        );
+    }
+    if let Some(path) = &args.plot {
+        println!("regret curves in {}", path.display());
+    }
     Ok(())
+}
+
+/// Each policy's cumulative regret against the oracle over the rounds.
+fn regret_panel(report: &crate::recommend::benchmark::BanditBenchReport) -> crate::plot::Panel {
+    crate::plot::Panel {
+        title: format!(
+            "bench bandit, seed {}: cumulative regret vs the oracle (true acceptance)",
+            report.seed
+        ),
+        x_label: "round".to_owned(),
+        y_label: "regret".to_owned(),
+        series: report
+            .policies
+            .iter()
+            .filter(|p| p.policy != "oracle")
+            .map(|p| crate::plot::Series {
+                name: p.policy.clone(),
+                points: p
+                    .regret_curve
+                    .iter()
+                    .map(|&(round, regret)| (round as f64, regret))
+                    .collect(),
+            })
+            .collect(),
+    }
 }

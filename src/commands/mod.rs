@@ -6,6 +6,7 @@ pub mod bench;
 #[cfg(feature = "rft")]
 pub mod bench_model;
 pub mod bench_paper_bandit;
+pub mod bench_peers;
 pub mod bench_pipeline;
 pub mod bench_serve;
 #[cfg(feature = "rft")]

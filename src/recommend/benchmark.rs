@@ -4,6 +4,13 @@
 //! own heuristics over the world's history); people's answers come from the world's acceptance
 //! model with a random stream per policy. Thompson sampling learns from its own feedback only,
 //! delivered in batches (as a service gets it) after which its posterior draws are refreshed.
+//!
+//! Peers ([`PeerPolicies`]: Vowpal Wabbit, MABWiser, run outside this crate) rank the same
+//! candidate lists from what the platform sends (failures, configuration, user; each candidate's
+//! type and diff), get their answers from the same world and learn in the same batches; each
+//! round they say which candidates they scored, so a report proves they saw arc-rec's lists.
+//! Every policy is also scored by the world's true acceptance probability of what it showed
+//! (noise-free), over the first rounds (cold start) and the last quarter.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -12,6 +19,7 @@ use bandit::{Observation, PolicyConfig, ThompsonPolicy};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
+use serde_json::Value;
 
 use super::engine::{RecommendError, RecommendInput, no_evidence, prepare, rank};
 use super::features::layout;
@@ -29,6 +37,83 @@ pub struct BanditBenchConfig {
     pub feedback_batch: usize,
     /// Thompson-sampling variants to run, by name.
     pub thompson: Vec<(String, PolicyConfig)>,
+    /// The first this many rounds are reported as the cold start.
+    pub cold_start: usize,
+}
+
+/// A candidate as a peer sees it: its stable id, type and diff.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerCandidate {
+    pub key: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub diff: Value,
+}
+
+/// One failure as the platform reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerFailure {
+    pub category: String,
+    pub message: String,
+    pub tool: Option<String>,
+}
+
+/// What the platform sends about a failing configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerContext {
+    pub failures: Vec<PeerFailure>,
+    pub current_config: Value,
+    pub user_role: Option<String>,
+    pub domain: Option<String>,
+}
+
+/// One round for the peers: the context and the candidate list arc-rec ranks, in its order.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerRound {
+    pub round: usize,
+    pub context: PeerContext,
+    pub candidates: Vec<PeerCandidate>,
+}
+
+/// A peer's pick in one round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerChoice {
+    pub policy: String,
+    /// Index into the round's candidates.
+    pub index: usize,
+    /// The keys of the candidates the policy scored, in order.
+    pub seen: Vec<String>,
+}
+
+/// An answer delivered to a peer.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerFeedback {
+    pub round: usize,
+    pub policy: String,
+    pub index: usize,
+    pub accepted: bool,
+}
+
+/// Policies outside arc-rec, driven round by round (`commands::bench_peers` runs them in a
+/// Python process).
+pub trait PeerPolicies {
+    /// The policies' names, in report order.
+    fn names(&self) -> Vec<String>;
+    /// Each policy's pick for `round` (one per name).
+    fn choose(&mut self, round: &PeerRound) -> Result<Vec<PeerChoice>, String>;
+    /// Answers to earlier picks.
+    fn learn(&mut self, feedback: &[PeerFeedback]) -> Result<(), String>;
+    /// Seconds each policy spent choosing and learning.
+    fn seconds(&mut self) -> Result<HashMap<String, f64>, String>;
+}
+
+/// Why the benchmark stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum BanditBenchError {
+    #[error(transparent)]
+    Recommend(#[from] RecommendError),
+    #[error("the peer policies failed: {0}")]
+    Peers(String),
 }
 
 /// One policy's results.
@@ -41,6 +126,16 @@ pub struct PolicyResult {
     pub reliability_gain: f64,
     /// Acceptance rate over all rounds (includes learning).
     pub acceptance_rate_all: f64,
+    /// Mean true acceptance probability of what it showed in the first `cold_start` rounds.
+    pub cold_start_true_acceptance: f64,
+    /// The same over the last quarter of the rounds.
+    pub last_quarter_true_acceptance: f64,
+    /// `last_quarter_true_acceptance` over the oracle's (the best of the same lists).
+    pub last_quarter_oracle_ratio: f64,
+    /// Decisions per second of its own choosing and learning (`null` for the baselines).
+    pub decisions_per_s: Option<f64>,
+    /// Cumulative regret against the oracle in true acceptance, at up to 200 rounds.
+    pub regret_curve: Vec<(usize, f64)>,
 }
 
 /// The whole report.
@@ -53,6 +148,11 @@ pub struct BanditBenchReport {
     pub policies: Vec<PolicyResult>,
     /// Rankings per second of the first Thompson variant alone (rank calls only).
     pub thompson_decisions_per_s: f64,
+    pub cold_start_rounds: usize,
+    pub last_quarter_rounds: usize,
+    /// Rounds in which a peer scored other candidates than arc-rec's list (0: every policy saw
+    /// identical lists).
+    pub peer_list_mismatches: usize,
 }
 
 enum Strategy {
@@ -63,6 +163,8 @@ enum Strategy {
     Random,
     Heuristic,
     Oracle,
+    /// A policy of the [`PeerPolicies`], by name.
+    Peer,
 }
 
 struct Runner {
@@ -71,18 +173,23 @@ struct Runner {
     rng: ChaCha8Rng,
     accepted: Vec<bool>,
     gains: Vec<f64>,
+    /// The true acceptance probability of what it showed (0 when nothing).
+    truth: Vec<f64>,
     rank_time: Duration,
 }
 
-/// Runs the benchmark; `indexes` holds each organization's candidate statistics.
+/// Runs the benchmark; `indexes` holds each organization's candidate statistics; `peers`, when
+/// given, rank every round's list beside arc-rec's policies.
 pub fn run(
     environment: &Environment,
     indexes: &HashMap<String, CandidateIndex>,
     config: &BanditBenchConfig,
-) -> Result<BanditBenchReport, RecommendError> {
+    mut peers: Option<&mut dyn PeerPolicies>,
+) -> Result<BanditBenchReport, BanditBenchError> {
     let mut runners = Vec::new();
     for (i, (name, policy_config)) in config.thompson.iter().enumerate() {
-        let mut policy = ThompsonPolicy::new(layout(), *policy_config)?;
+        let mut policy =
+            ThompsonPolicy::new(layout(), *policy_config).map_err(RecommendError::from)?;
         policy.refresh_bank_seeded(config.seed ^ 0x5eed);
         runners.push(runner(
             name,
@@ -108,6 +215,13 @@ pub fn run(
         base + 1,
     ));
     runners.push(runner("oracle", Strategy::Oracle, config.seed, base + 2));
+    let peer_names = peers.as_ref().map(|p| p.names()).unwrap_or_default();
+    let first_peer = runners.len();
+    for (i, name) in peer_names.iter().enumerate() {
+        runners.push(runner(name, Strategy::Peer, config.seed, base + 3 + i));
+    }
+    let mut peer_feedback: Vec<PeerFeedback> = Vec::new();
+    let mut peer_list_mismatches = 0usize;
 
     let mut contexts = ChaCha8Rng::seed_from_u64(config.seed);
     let mut candidate_total = 0usize;
@@ -124,7 +238,23 @@ pub fn run(
             .map(|(c, _)| c.diff.clone())
             .collect();
         candidate_total += diffs.len();
-        for r in &mut runners {
+        let peer_choices = match peers.as_deref_mut() {
+            Some(peers) if !diffs.is_empty() => {
+                let request = peer_round(round, &ctx, &prepared);
+                let choices = peers.choose(&request).map_err(BanditBenchError::Peers)?;
+                let keys: Vec<&str> = request.candidates.iter().map(|c| c.key.as_str()).collect();
+                if choices.len() != peer_names.len()
+                    || choices
+                        .iter()
+                        .any(|c| c.seen != keys || c.index >= keys.len())
+                {
+                    peer_list_mismatches += 1;
+                }
+                choices
+            }
+            _ => Vec::new(),
+        };
+        for (i, r) in runners.iter_mut().enumerate() {
             let started = Instant::now();
             let (choice, features) = match &mut r.strategy {
                 Strategy::Thompson { policy, .. } => {
@@ -154,13 +284,23 @@ pub fn run(
                     None,
                 ),
                 Strategy::Random => (None, None),
+                Strategy::Peer => (
+                    peer_choices
+                        .iter()
+                        .find(|c| c.policy == r.name)
+                        .and_then(|c| diffs.get(c.index).cloned()),
+                    None,
+                ),
             };
             r.rank_time += started.elapsed();
             let Some(diff) = choice else {
                 r.accepted.push(false);
                 r.gains.push(0.0);
+                r.truth.push(0.0);
                 continue;
             };
+            r.truth
+                .push(environment.acceptance_probability(&ctx, &diff));
             let feedback = environment.feedback(&ctx, &diff, &mut r.rng);
             r.accepted.push(feedback.accepted);
             r.gains.push(if feedback.accepted {
@@ -168,6 +308,17 @@ pub fn run(
             } else {
                 0.0
             });
+            if let Some(choice) = peer_choices
+                .iter()
+                .find(|c| i >= first_peer && c.policy == r.name)
+            {
+                peer_feedback.push(PeerFeedback {
+                    round,
+                    policy: r.name.clone(),
+                    index: choice.index,
+                    accepted: feedback.accepted,
+                });
+            }
             if let (Strategy::Thompson { policy, pending }, Some((z, c))) =
                 (&mut r.strategy, features)
             {
@@ -180,25 +331,38 @@ pub fn run(
                 ));
                 if pending.len() >= config.feedback_batch {
                     for observation in pending.drain(..) {
-                        policy.update(&observation)?;
+                        policy.update(&observation).map_err(RecommendError::from)?;
                     }
                     policy.refresh_bank_seeded(config.seed.wrapping_add(round as u64));
                 }
             }
         }
+        // The peers learn in the same batches as arc-rec's policies.
+        if let Some(peers) = peers.as_deref_mut()
+            && peer_feedback.len() >= config.feedback_batch * peer_names.len().max(1)
+        {
+            peers
+                .learn(&peer_feedback)
+                .map_err(BanditBenchError::Peers)?;
+            peer_feedback.clear();
+        }
     }
+    let peer_seconds = match peers {
+        Some(peers) => peers.seconds().map_err(BanditBenchError::Peers)?,
+        None => HashMap::new(),
+    };
     let last = config.report_last.min(config.rounds);
+    let quarter = (config.rounds / 4).max(1);
+    let cold = config.cold_start.min(config.rounds);
+    let oracle_truth = runners
+        .iter()
+        .find(|r| matches!(r.strategy, Strategy::Oracle))
+        .map(|r| r.truth.clone())
+        .unwrap_or_default();
+    let oracle_last_quarter = mean(tail(&oracle_truth, quarter));
     let policies = runners
         .iter()
         .map(|r| {
-            let tail = r.accepted.len().saturating_sub(last);
-            let mean = |xs: &[f64]| {
-                if xs.is_empty() {
-                    0.0
-                } else {
-                    xs.iter().sum::<f64>() / xs.len() as f64
-                }
-            };
             let rate = |xs: &[bool]| {
                 mean(
                     &xs.iter()
@@ -206,11 +370,23 @@ pub fn run(
                         .collect::<Vec<_>>(),
                 )
             };
+            let last_quarter = mean(tail(&r.truth, quarter));
+            let decisions = r.truth.len() as f64;
+            let decisions_per_s = match r.strategy {
+                Strategy::Thompson { .. } => Some(decisions / r.rank_time.as_secs_f64().max(1e-9)),
+                Strategy::Peer => peer_seconds.get(&r.name).map(|s| decisions / s.max(1e-9)),
+                Strategy::Random | Strategy::Heuristic | Strategy::Oracle => None,
+            };
             PolicyResult {
                 policy: r.name.clone(),
-                acceptance_rate: rate(&r.accepted[tail..]),
-                reliability_gain: mean(&r.gains[tail..]),
+                acceptance_rate: rate(tail(&r.accepted, last)),
+                reliability_gain: mean(tail(&r.gains, last)),
                 acceptance_rate_all: rate(&r.accepted),
+                cold_start_true_acceptance: mean(&r.truth[..cold.min(r.truth.len())]),
+                last_quarter_true_acceptance: last_quarter,
+                last_quarter_oracle_ratio: last_quarter / oracle_last_quarter.max(1e-12),
+                decisions_per_s,
+                regret_curve: regret_curve(&r.truth, &oracle_truth),
             }
         })
         .collect();
@@ -227,7 +403,68 @@ pub fn run(
         mean_candidates: candidate_total as f64 / config.rounds.max(1) as f64,
         policies,
         thompson_decisions_per_s,
+        cold_start_rounds: cold,
+        last_quarter_rounds: quarter.min(config.rounds),
+        peer_list_mismatches,
     })
+}
+
+/// The last `n` values.
+fn tail<T>(values: &[T], n: usize) -> &[T] {
+    &values[values.len().saturating_sub(n)..]
+}
+
+fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        0.0
+    } else {
+        values.iter().sum::<f64>() / values.len() as f64
+    }
+}
+
+/// Σ (oracle − policy) true acceptance up to each round, at up to 200 evenly spaced rounds.
+fn regret_curve(truth: &[f64], oracle: &[f64]) -> Vec<(usize, f64)> {
+    let n = truth.len().min(oracle.len());
+    let step = n.div_ceil(200).max(1);
+    let mut total = 0.0;
+    let mut curve = Vec::with_capacity(n / step + 1);
+    for i in 0..n {
+        total += oracle[i] - truth[i];
+        if (i + 1) % step == 0 || i + 1 == n {
+            curve.push((i + 1, total));
+        }
+    }
+    curve
+}
+
+/// The round as the platform would send it, with the list arc-rec ranks.
+fn peer_round(round: usize, ctx: &Context, prepared: &super::engine::Prepared) -> PeerRound {
+    PeerRound {
+        round,
+        context: PeerContext {
+            failures: ctx
+                .failures
+                .iter()
+                .map(|f| PeerFailure {
+                    category: f.failure_category.clone(),
+                    message: f.error_message.clone(),
+                    tool: f.tool_name.clone(),
+                })
+                .collect(),
+            current_config: ctx.current_config.clone(),
+            user_role: Some(ctx.user.role.clone()),
+            domain: Some(ctx.user.domain.clone()),
+        },
+        candidates: prepared
+            .candidates
+            .iter()
+            .map(|(c, _)| PeerCandidate {
+                key: c.candidate_id.clone(),
+                kind: c.recommendation_type.as_str().to_owned(),
+                diff: c.diff.clone(),
+            })
+            .collect(),
+    }
 }
 
 fn runner(name: &str, strategy: Strategy, seed: u64, i: usize) -> Runner {
@@ -237,6 +474,7 @@ fn runner(name: &str, strategy: Strategy, seed: u64, i: usize) -> Runner {
         rng: ChaCha8Rng::seed_from_u64(seed.wrapping_mul(31).wrapping_add(i as u64 + 1)),
         accepted: Vec::new(),
         gains: Vec::new(),
+        truth: Vec::new(),
         rank_time: Duration::ZERO,
     }
 }
@@ -250,5 +488,155 @@ pub fn input_of(ctx: &Context) -> RecommendInput {
         domain: Some(ctx.user.domain.clone()),
         k: 1,
         ..RecommendInput::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::world::{World, WorldParams};
+
+    /// A peer that shows the first candidate, records every list it is sent and, from round
+    /// `drop_from` on, claims to have scored one candidate fewer.
+    struct Recorder {
+        lists: Vec<Vec<String>>,
+        learned: Vec<PeerFeedback>,
+        drop_from: usize,
+    }
+
+    impl PeerPolicies for Recorder {
+        fn names(&self) -> Vec<String> {
+            vec!["recorder".to_owned()]
+        }
+
+        fn choose(&mut self, round: &PeerRound) -> Result<Vec<PeerChoice>, String> {
+            let keys: Vec<String> = round.candidates.iter().map(|c| c.key.clone()).collect();
+            self.lists.push(keys.clone());
+            let scored = if round.round >= self.drop_from {
+                keys.len() - 1
+            } else {
+                keys.len()
+            };
+            Ok(vec![PeerChoice {
+                policy: "recorder".to_owned(),
+                index: 0,
+                seen: keys[..scored].to_vec(),
+            }])
+        }
+
+        fn learn(&mut self, feedback: &[PeerFeedback]) -> Result<(), String> {
+            self.learned.extend_from_slice(feedback);
+            Ok(())
+        }
+
+        fn seconds(&mut self) -> Result<HashMap<String, f64>, String> {
+            Ok(HashMap::from([("recorder".to_owned(), 0.5)]))
+        }
+    }
+
+    fn setup() -> (World, HashMap<String, CandidateIndex>, BanditBenchConfig) {
+        let world = World::new(WorldParams {
+            seed: 3,
+            outcomes: 0,
+            ..WorldParams::default()
+        })
+        .unwrap();
+        let indexes = world
+            .params()
+            .orgs
+            .iter()
+            .map(|org| (org.clone(), CandidateIndex::empty(org)))
+            .collect();
+        let config = BanditBenchConfig {
+            rounds: 40,
+            seed: 5,
+            report_last: 20,
+            feedback_batch: 10,
+            thompson: vec![(
+                "thompson".to_owned(),
+                crate::recommend::features::policy_config(),
+            )],
+            cold_start: 8,
+        };
+        (world, indexes, config)
+    }
+
+    #[test]
+    fn peers_are_sent_the_lists_arc_rec_ranks_and_every_answer_in_batches() {
+        let (world, indexes, config) = setup();
+        let environment = Environment::new(&world);
+        let mut recorder = Recorder {
+            lists: Vec::new(),
+            learned: Vec::new(),
+            drop_from: usize::MAX,
+        };
+        let report = run(&environment, &indexes, &config, Some(&mut recorder)).unwrap();
+        // The oracle: the same contexts replayed, each list as arc-rec's engine prepares it.
+        let mut contexts = ChaCha8Rng::seed_from_u64(config.seed);
+        let expected: Vec<Vec<String>> = (0..config.rounds)
+            .map(|_| {
+                let ctx = environment.next_context(&mut contexts);
+                let prepared = prepare(&indexes[&ctx.org], &input_of(&ctx));
+                prepared
+                    .candidates
+                    .iter()
+                    .map(|(c, _)| c.candidate_id.clone())
+                    .collect()
+            })
+            .filter(|keys: &Vec<String>| !keys.is_empty())
+            .collect();
+        assert!(!expected.is_empty());
+        assert_eq!(recorder.lists, expected);
+        assert_eq!(report.peer_list_mismatches, 0);
+        // Every answer reached the peer, for the pick it made, in the order of the rounds.
+        assert_eq!(recorder.learned.len(), expected.len());
+        assert!(recorder.learned.windows(2).all(|w| w[0].round < w[1].round));
+        let peer = report
+            .policies
+            .iter()
+            .find(|p| p.policy == "recorder")
+            .unwrap();
+        // Always the first candidate: the heuristic order's picks, so the same true acceptance.
+        let heuristic = report
+            .policies
+            .iter()
+            .find(|p| p.policy == "heuristic order")
+            .unwrap();
+        assert_eq!(
+            peer.last_quarter_true_acceptance,
+            heuristic.last_quarter_true_acceptance
+        );
+        assert_eq!(peer.decisions_per_s, Some(config.rounds as f64 / 0.5));
+        let oracle = report
+            .policies
+            .iter()
+            .find(|p| p.policy == "oracle")
+            .unwrap();
+        assert!((oracle.last_quarter_oracle_ratio - 1.0).abs() < 1e-12);
+        assert!(oracle.regret_curve.iter().all(|&(_, r)| r.abs() < 1e-12));
+        assert!(heuristic.regret_curve.last().unwrap().1 >= 0.0);
+    }
+
+    #[test]
+    fn a_peer_that_scored_another_list_is_counted() {
+        let (world, indexes, config) = setup();
+        let environment = Environment::new(&world);
+        let mut recorder = Recorder {
+            lists: Vec::new(),
+            learned: Vec::new(),
+            drop_from: 30,
+        };
+        let report = run(&environment, &indexes, &config, Some(&mut recorder)).unwrap();
+        assert_eq!(report.peer_list_mismatches, 10);
+    }
+
+    #[test]
+    fn regret_accumulates_the_oracle_gap_at_up_to_200_points() {
+        let oracle = vec![1.0; 1000];
+        let policy = vec![0.5; 1000];
+        let curve = regret_curve(&policy, &oracle);
+        assert_eq!(curve.len(), 200);
+        assert_eq!(curve[0], (5, 2.5));
+        assert_eq!(curve.last().copied(), Some((1000, 500.0)));
     }
 }
