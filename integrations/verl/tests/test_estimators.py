@@ -9,6 +9,8 @@ import unittest
 
 from arc_rec_verl import estimators
 
+from .helpers import have
+
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "advantages.json"
 NAMES = {
     "mean": estimators.MEAN,
@@ -20,14 +22,6 @@ TOLERANCE = 1e-9
 
 def cases():
     return json.loads(FIXTURE.read_text())["cases"]
-
-
-def have(module):
-    try:
-        __import__(module)
-    except ImportError:
-        return False
-    return True
 
 
 class Config(dict):

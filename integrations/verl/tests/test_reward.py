@@ -11,6 +11,8 @@ from unittest import mock
 
 from arc_rec_verl import reward
 
+from .helpers import have
+
 REWARD_FILE = pathlib.Path(reward.__file__)
 ROW = {
     "prompt_id": "acme/c1/1",
@@ -20,14 +22,6 @@ ROW = {
     "num_turns": 2,
     "rollout_reward_scores": {},
 }
-
-
-def have(module):
-    try:
-        __import__(module)
-    except ImportError:
-        return False
-    return True
 
 
 class Requests(unittest.TestCase):
