@@ -58,9 +58,15 @@ pub struct BenchBanditArgs {
     /// Decision rounds (one failure context, one shown recommendation, one answer each).
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub rounds: u64,
-    /// Seed of the world (its history and its contexts) and of the policies.
+    /// Seed of the world (its history and its contexts) and, without --policy-seed, of the
+    /// policies.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Seed of the policies' own draws and of their people's answers (default: --seed): runs
+    /// that differ only here rank the same contexts and lists, so their spread is the
+    /// policies' own (intervals over policy seeds).
+    #[arg(long)]
+    pub policy_seed: Option<u64>,
     /// Rounds reported (the last ones).
     #[arg(long, default_value_t = 5_000)]
     pub last: u64,
@@ -301,6 +307,7 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
     let config = BanditBenchConfig {
         rounds: usize::try_from(args.rounds)?,
         seed: args.seed,
+        policy_seed: args.policy_seed.unwrap_or(args.seed),
         report_last: usize::try_from(args.last)?,
         feedback_batch: usize::try_from(args.feedback_batch)?,
         thompson: vec![
@@ -320,7 +327,7 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
         .python
         .clone()
         .unwrap_or_else(crate::commands::bench_peers::default_python);
-    let seed = args.seed;
+    let seed = args.policy_seed.unwrap_or(args.seed);
     let environment = Environment::new(&world);
     let started = Instant::now();
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
@@ -347,9 +354,10 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
         return Ok(());
     }
     println!(
-        "{} rounds, seed {}, {:.1} candidates per context; last {} rounds ({:.0} s)",
+        "{} rounds, seed {} (policies {}), {:.1} candidates per context; last {} rounds ({:.0} s)",
         report.rounds,
         report.seed,
+        report.policy_seed,
         report.mean_candidates,
         report.reported_rounds,
         started.elapsed().as_secs_f64()

@@ -30,7 +30,11 @@ use crate::world::{Context, Environment};
 #[derive(Debug, Clone)]
 pub struct BanditBenchConfig {
     pub rounds: usize,
+    /// Seeds the stream of contexts (with the world, the same for every policy).
     pub seed: u64,
+    /// Seeds the policies' own draws and their people's answers: runs that differ only here
+    /// see the same contexts and lists, so their spread is the policies' own.
+    pub policy_seed: u64,
     /// Rounds whose results are reported (the last ones: what the policy learned).
     pub report_last: usize,
     /// Feedback is applied (and the posterior bank refreshed) every this many rounds.
@@ -144,6 +148,7 @@ pub struct BanditBenchReport {
     pub rounds: usize,
     pub reported_rounds: usize,
     pub seed: u64,
+    pub policy_seed: u64,
     pub mean_candidates: f64,
     pub policies: Vec<PolicyResult>,
     /// Rankings per second of the first Thompson variant alone (rank calls only).
@@ -190,14 +195,14 @@ pub fn run(
     for (i, (name, policy_config)) in config.thompson.iter().enumerate() {
         let mut policy =
             ThompsonPolicy::new(layout(), *policy_config).map_err(RecommendError::from)?;
-        policy.refresh_bank_seeded(config.seed ^ 0x5eed);
+        policy.refresh_bank_seeded(config.policy_seed ^ 0x5eed);
         runners.push(runner(
             name,
             Strategy::Thompson {
                 policy: Box::new(policy),
                 pending: vec![],
             },
-            config.seed,
+            config.policy_seed,
             i,
         ));
     }
@@ -205,20 +210,30 @@ pub fn run(
     runners.push(runner(
         "uniform random",
         Strategy::Random,
-        config.seed,
+        config.policy_seed,
         base,
     ));
     runners.push(runner(
         "heuristic order",
         Strategy::Heuristic,
-        config.seed,
+        config.policy_seed,
         base + 1,
     ));
-    runners.push(runner("oracle", Strategy::Oracle, config.seed, base + 2));
+    runners.push(runner(
+        "oracle",
+        Strategy::Oracle,
+        config.policy_seed,
+        base + 2,
+    ));
     let peer_names = peers.as_ref().map(|p| p.names()).unwrap_or_default();
     let first_peer = runners.len();
     for (i, name) in peer_names.iter().enumerate() {
-        runners.push(runner(name, Strategy::Peer, config.seed, base + 3 + i));
+        runners.push(runner(
+            name,
+            Strategy::Peer,
+            config.policy_seed,
+            base + 3 + i,
+        ));
     }
     let mut peer_feedback: Vec<PeerFeedback> = Vec::new();
     let mut peer_list_mismatches = 0usize;
@@ -333,7 +348,7 @@ pub fn run(
                     for observation in pending.drain(..) {
                         policy.update(&observation).map_err(RecommendError::from)?;
                     }
-                    policy.refresh_bank_seeded(config.seed.wrapping_add(round as u64));
+                    policy.refresh_bank_seeded(config.policy_seed.wrapping_add(round as u64));
                 }
             }
         }
@@ -400,6 +415,7 @@ pub fn run(
         rounds: config.rounds,
         reported_rounds: last,
         seed: config.seed,
+        policy_seed: config.policy_seed,
         mean_candidates: candidate_total as f64 / config.rounds.max(1) as f64,
         policies,
         thompson_decisions_per_s,
@@ -550,6 +566,7 @@ mod tests {
         let config = BanditBenchConfig {
             rounds: 40,
             seed: 5,
+            policy_seed: 5,
             report_last: 20,
             feedback_batch: 10,
             thompson: vec![(
@@ -628,6 +645,39 @@ mod tests {
         };
         let report = run(&environment, &indexes, &config, Some(&mut recorder)).unwrap();
         assert_eq!(report.peer_list_mismatches, 10);
+    }
+
+    #[test]
+    fn another_policy_seed_keeps_the_contexts_and_lists() {
+        let (world, indexes, config) = setup();
+        let environment = Environment::new(&world);
+        let lists = |policy_seed| {
+            let mut recorder = Recorder {
+                lists: Vec::new(),
+                learned: Vec::new(),
+                drop_from: usize::MAX,
+            };
+            let config = BanditBenchConfig {
+                policy_seed,
+                ..config.clone()
+            };
+            let report = run(&environment, &indexes, &config, Some(&mut recorder)).unwrap();
+            let truth = |name: &str| {
+                let p = report.policies.iter().find(|p| p.policy == name).unwrap();
+                (p.cold_start_true_acceptance, p.last_quarter_true_acceptance)
+            };
+            (
+                recorder.lists,
+                truth("heuristic order"),
+                truth("oracle"),
+                report.policy_seed,
+            )
+        };
+        let (first, second) = (lists(5), lists(6));
+        assert_eq!(first.0, second.0, "the same contexts and lists");
+        assert_eq!(first.1, second.1, "the heuristic shows the same candidates");
+        assert_eq!(first.2, second.2, "so does the oracle");
+        assert_eq!((first.3, second.3), (5, 6));
     }
 
     #[test]
