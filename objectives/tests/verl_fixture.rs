@@ -3,12 +3,28 @@
 //! the committed file differs from what the estimators compute now, so the Python side is always
 //! checked against the current Rust figures (`ARC_REC_UPDATE_FIXTURES=1` rewrites it).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use objectives::{Estimator, Group, Objective};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde_json::{Value, json};
+use serde::Serialize;
+
+/// The file's shape. Structs and a BTreeMap fix the key order whatever serde_json's features
+/// (`preserve_order` is on when the whole workspace builds), so the text compares exactly.
+#[derive(Serialize)]
+struct Fixture {
+    about: &'static str,
+    cases: Vec<Case>,
+}
+
+#[derive(Serialize)]
+struct Case {
+    advantages: BTreeMap<&'static str, Vec<f64>>,
+    k: usize,
+    rewards: Vec<f64>,
+}
 
 fn fixture_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -47,14 +63,14 @@ fn groups() -> Vec<Vec<f64>> {
     groups
 }
 
-fn cases() -> Value {
+fn cases() -> Fixture {
     let mut cases = Vec::new();
     for rewards in groups() {
         let n = rewards.len();
         let mut ks: Vec<usize> = [2, 4, 8, n].into_iter().filter(|&k| k <= n).collect();
         ks.dedup();
         for k in ks {
-            let mut advantages = serde_json::Map::new();
+            let mut advantages = BTreeMap::new();
             for objective in [
                 Objective::Mean,
                 Objective::PassAtK,
@@ -72,16 +88,20 @@ fn cases() -> Value {
                         &mut rng,
                     )
                     .unwrap();
-                advantages.insert(objective.as_str().to_owned(), json!(values));
+                advantages.insert(objective.as_str(), values);
             }
-            cases.push(json!({"rewards": rewards, "k": k, "advantages": advantages}));
+            cases.push(Case {
+                advantages,
+                k,
+                rewards: rewards.clone(),
+            });
         }
     }
-    json!({
-        "about": "arc-rec's leave-one-out advantages (objectives crate) for the Python estimators \
-                  of integrations/verl to match; written by objectives/tests/verl_fixture.rs",
-        "cases": cases,
-    })
+    Fixture {
+        about: "arc-rec's leave-one-out advantages (objectives crate) for the Python estimators \
+                of integrations/verl to match; written by objectives/tests/verl_fixture.rs",
+        cases,
+    }
 }
 
 #[test]
@@ -106,11 +126,7 @@ fn the_verl_fixture_holds_the_current_rust_advantages() {
         path.display()
     );
     // The file exercises every objective the estimators register, with n > k and n = k.
-    let cases = expected["cases"].as_array().unwrap();
-    assert!(cases.len() > 40);
-    assert!(
-        cases
-            .iter()
-            .any(|c| c["k"].as_u64().unwrap() < c["rewards"].as_array().unwrap().len() as u64)
-    );
+    assert!(expected.cases.len() > 40);
+    assert!(expected.cases.iter().any(|c| c.k < c.rewards.len()));
+    assert!(expected.cases.iter().any(|c| c.k == c.rewards.len()));
 }
