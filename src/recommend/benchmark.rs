@@ -226,7 +226,6 @@ pub fn run(
         base + 2,
     ));
     let peer_names = peers.as_ref().map(|p| p.names()).unwrap_or_default();
-    let first_peer = runners.len();
     for (i, name) in peer_names.iter().enumerate() {
         runners.push(runner(
             name,
@@ -269,8 +268,13 @@ pub fn run(
             }
             _ => Vec::new(),
         };
-        for (i, r) in runners.iter_mut().enumerate() {
+        for r in &mut runners {
             let started = Instant::now();
+            // A peer's pick, found once: it chooses the diff and is what its answer refers to.
+            let peer_pick = match r.strategy {
+                Strategy::Peer => peer_choices.iter().find(|c| c.policy == r.name),
+                _ => None,
+            };
             let (choice, features) = match &mut r.strategy {
                 Strategy::Thompson { policy, .. } => {
                     let output = rank(
@@ -299,13 +303,7 @@ pub fn run(
                     None,
                 ),
                 Strategy::Random => (None, None),
-                Strategy::Peer => (
-                    peer_choices
-                        .iter()
-                        .find(|c| c.policy == r.name)
-                        .and_then(|c| diffs.get(c.index).cloned()),
-                    None,
-                ),
+                Strategy::Peer => (peer_pick.and_then(|c| diffs.get(c.index).cloned()), None),
             };
             r.rank_time += started.elapsed();
             let Some(diff) = choice else {
@@ -323,10 +321,7 @@ pub fn run(
             } else {
                 0.0
             });
-            if let Some(choice) = peer_choices
-                .iter()
-                .find(|c| i >= first_peer && c.policy == r.name)
-            {
+            if let Some(choice) = peer_pick {
                 peer_feedback.push(PeerFeedback {
                     round,
                     policy: r.name.clone(),
