@@ -11,6 +11,9 @@ Protocol (one JSON object per line each way, answers in order):
      every policy saw the list arc-rec ranked.
   {"learn": [{"round", "policy", "index", "accepted"}]}   -> {"learned": n}
       each refers to a round answered earlier (the benchmark delivers feedback in batches)
+  {"warm": [{"context", "candidates", "index", "accepted"}]}   -> {"warmed": n}
+      the platform's logged decisions, before round 0: each policy learns that candidate
+      `index` of the list was shown (probability unknown, taken as 1) and the answer; not timed
   {"stats": true} -> {"seconds": {policy: seconds spent choosing and learning}}
 Ends at the end of stdin. Policies: vw-squarecb, vw-epsilon, vw-regcb, vw-bag, mabwiser-lints.
 
@@ -129,10 +132,16 @@ class VwPolicy:
 
     def learn(self, round_: int, index: int, accepted: bool) -> None:
         lines, pmf = self.pending.pop(round_)
+        self.learn_lines(lines, index, accepted, max(pmf[index], 1e-6))
+
+    def learn_lines(self, lines: list[str], index: int, accepted: bool, probability: float) -> None:
         labelled = list(lines)
         cost = 0.0 if accepted else 1.0
-        labelled[index + 1] = f"0:{cost}:{max(pmf[index], 1e-6)} " + lines[index + 1]
+        labelled[index + 1] = f"0:{cost}:{probability} " + lines[index + 1]
         self.vw.learn(labelled)
+
+    def warm(self, shared, actions, index: int, accepted: bool) -> None:
+        self.learn_lines(self.lines(shared, actions), index, accepted, 1.0)
 
 
 class LinTsPolicy:
@@ -161,6 +170,9 @@ class LinTsPolicy:
 
     def learn(self, round_: int, index: int, accepted: bool) -> None:
         keys, context = self.pending.pop(round_)
+        self.warm(keys, context, index, accepted)
+
+    def warm(self, keys: list[str], context: list[float], index: int, accepted: bool) -> None:
         decision, reward = keys[index], 1.0 if accepted else 0.0
         if self.mab is None:
             self.mab = self.MAB(
@@ -222,6 +234,19 @@ def main() -> int:
                 policies[name].learn(int(item["round"]), int(item["index"]), bool(item["accepted"]))
                 seconds[name] += time.perf_counter() - started
             out.write(json.dumps({"learned": len(message["learn"])}) + "\n")
+        elif "warm" in message:
+            for item in message["warm"]:
+                context, candidates = item["context"], item["candidates"]
+                config = context.get("current_config") or {}
+                shared = shared_features(context)
+                index, accepted = int(item["index"]), bool(item["accepted"])
+                for policy in policies.values():
+                    if isinstance(policy, LinTsPolicy):
+                        keys = [c["key"] for c in candidates]
+                        policy.warm(keys, hashed_vector(shared, LINTS_DIM), index, accepted)
+                    else:
+                        policy.warm(shared, [action_features(c, config) for c in candidates], index, accepted)
+            out.write(json.dumps({"warmed": len(message["warm"])}) + "\n")
         elif "stats" in message:
             out.write(json.dumps({"seconds": seconds}) + "\n")
         else:

@@ -40,7 +40,7 @@ def rounds(n, seed):
 
 
 class Peers(unittest.TestCase):
-    def drive(self, policies, n, batch=20):
+    def drive(self, policies, n, batch=20, warm=0):
         process = subprocess.Popen(
             [sys.executable, str(PEERS), "--policies", ",".join(policies), "--seed", "7"],
             stdin=subprocess.PIPE,
@@ -53,6 +53,16 @@ class Peers(unittest.TestCase):
             process.stdin.flush()
             return json.loads(process.stdout.readline())
 
+        if warm:
+            # A log: in each past context the good candidate was approved and another rejected.
+            logged = []
+            for message, good in rounds(warm, seed=5):
+                other = (good + 1) % len(message["candidates"])
+                for index in (good, other):
+                    logged.append(
+                        {"context": message["context"], "candidates": message["candidates"], "index": index, "accepted": index == good}
+                    )
+            self.assertEqual(call({"warm": logged}), {"warmed": len(logged)})
         picks = {p: [] for p in policies}
         pending = []
         for message, good in rounds(n, seed=11):
@@ -88,6 +98,16 @@ class Peers(unittest.TestCase):
         # Every new temperature is a new arm it must try once, so it learns slower than VW.
         self.assertGreater(sum(hits[-100:]) / 100, 0.4)
         self.assertGreater(sum(hits[-100:]), sum(hits[:100]))
+
+    def test_a_warm_start_teaches_every_policy_before_the_first_round(self):
+        policies = VW + ["mabwiser-lints"]
+        cold = self.drive(policies, 50, batch=1000)
+        warm = self.drive(policies, 50, batch=1000, warm=300)
+        for policy in VW:
+            self.assertGreater(sum(warm[policy]) / 50, 0.7, policy)
+            self.assertGreater(sum(warm[policy]), sum(cold[policy]), policy)
+        # LinTS's arms are candidates: only the good one (always the same diff) recurs.
+        self.assertGreater(sum(warm["mabwiser-lints"]), sum(cold["mabwiser-lints"]))
 
     def test_unknown_policies_are_named(self):
         result = subprocess.run(

@@ -67,6 +67,20 @@ pub struct BenchBanditArgs {
     /// policies' own (intervals over policy seeds).
     #[arg(long)]
     pub policy_seed: Option<u64>,
+    /// The world's organizations, comma-separated (a world of another shape: more
+    /// organizations, each with its own users, scenarios and history).
+    #[arg(long, value_delimiter = ',', default_value = "acme,globex,initech")]
+    pub orgs: Vec<String>,
+    /// Outcomes in the world's history (the log the candidates' statistics and the warm start
+    /// come from).
+    #[arg(long, default_value_t = BANDIT_WORLD_OUTCOMES, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub outcomes: u64,
+    /// Warm start: every learner (arc-rec's policies and the peers) first learns the world's
+    /// logged approvals and rejections of past diffs that arc-rec's generator proposes again in
+    /// the same context, each counted as this fraction of one answer of its own (0 = no warm
+    /// start). The log's own recommender recorded no propensities, so none are used.
+    #[arg(long, default_value_t = 0.0)]
+    pub warm_start_weight: f64,
     /// Rounds reported (the last ones).
     #[arg(long, default_value_t = 5_000)]
     pub last: u64,
@@ -247,7 +261,46 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 /// Outcomes in the benchmark world's history (what the candidate statistics are computed from).
-const BANDIT_WORLD_OUTCOMES: usize = 20_000;
+const BANDIT_WORLD_OUTCOMES: u64 = 20_000;
+
+/// Every decided diff of the world's log, as the warm start reads it: the export's view (the
+/// before-version's failure groups, its configuration, the owner's segment), never the world's
+/// truth.
+async fn logged_decisions(
+    database: &Database,
+) -> anyhow::Result<Vec<crate::recommend::benchmark::LoggedDecision>> {
+    use crate::export::example::FailureGroup;
+    use crate::recommend::benchmark::LoggedDecision;
+    use crate::recommend::engine::RecommendInput;
+
+    let mut logged = Vec::new();
+    crate::storage::export_rows::for_each_row(
+        database,
+        &crate::storage::export_rows::ExportFilter::default(),
+        |row| -> anyhow::Result<()> {
+            let groups: Vec<FailureGroup> = row
+                .failures
+                .and_then(|f| serde_json::from_value(f).ok())
+                .unwrap_or_default();
+            logged.push(LoggedDecision {
+                org: row.org_id,
+                input: RecommendInput {
+                    failures: groups.iter().flat_map(FailureGroup::observations).collect(),
+                    current_config: row.config_before,
+                    user_role: row.user_role,
+                    domain: row.domain,
+                    k: 1,
+                    ..RecommendInput::default()
+                },
+                diff: row.diff,
+                approved: row.approval_status == "approved",
+            });
+            Ok(())
+        },
+    )
+    .await?;
+    Ok(logged)
+}
 
 async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Result<()> {
     use std::collections::HashMap;
@@ -256,13 +309,34 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
     use crate::recommend::benchmark::{BanditBenchConfig, run};
     use crate::world::{Environment, World, WorldParams};
 
-    let world = World::new(WorldParams {
+    if !(0.0..=1.0).contains(&args.warm_start_weight) {
+        anyhow::bail!(
+            "--warm-start-weight: must be in [0, 1], got {}",
+            args.warm_start_weight
+        );
+    }
+    let params = WorldParams {
         seed: args.seed,
-        outcomes: BANDIT_WORLD_OUTCOMES,
+        outcomes: usize::try_from(args.outcomes)?,
+        orgs: args.orgs.clone(),
         ..WorldParams::default()
-    })?;
-    // The world's history lives in a database of its own on the same server, made once per seed.
-    let name = format!("arc_rec_bench_world_{}", args.seed);
+    };
+    let default_shape =
+        params.orgs == WorldParams::default().orgs && args.outcomes == BANDIT_WORLD_OUTCOMES;
+    let world = World::new(params)?;
+    // The world's history lives in a database of its own on the same server, made once per
+    // world (seed and shape).
+    let name = if default_shape {
+        format!("arc_rec_bench_world_{}", args.seed)
+    } else {
+        let shape = format!("{}|{}", args.orgs.join(","), args.outcomes);
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(shape.as_bytes());
+        format!(
+            "arc_rec_bench_world_{}_{}",
+            args.seed,
+            hex::encode(&digest[..4])
+        )
+    };
     let admin = database.connect_options().clone().database("postgres");
     crate::storage::create_database_if_missing(&admin, &name).await?;
     let bench_db = Database::open_with(
@@ -296,6 +370,22 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
             CandidateIndex::load(bench_db.pool(), org).await?,
         );
     }
+    let warm_start = if args.warm_start_weight > 0.0 {
+        let logged = logged_decisions(&bench_db).await?;
+        let warm =
+            crate::recommend::benchmark::warm_start(&indexes, &logged, args.warm_start_weight);
+        eprintln!(
+            "warm start: {} of {} logged decisions matched to a generated candidate ({:.1} %; {} of them pulling the same lever by another amount), each weighted {}",
+            warm.matched,
+            warm.logged,
+            100.0 * warm.matched as f64 / warm.logged.max(1) as f64,
+            warm.lever_matched,
+            args.warm_start_weight
+        );
+        Some(warm)
+    } else {
+        None
+    };
     bench_db.close().await?;
 
     let thompson = |model| bandit::PolicyConfig {
@@ -321,6 +411,7 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
             ),
         ],
         cold_start: usize::try_from(args.cold_start)?,
+        warm_start,
     };
     let peer_policies = crate::commands::bench_peers::expand_peers(&args.peers)?;
     let python = args

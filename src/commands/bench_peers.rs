@@ -10,7 +10,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-use crate::recommend::benchmark::{PeerChoice, PeerFeedback, PeerPolicies, PeerRound};
+use crate::recommend::benchmark::{PeerChoice, PeerFeedback, PeerPolicies, PeerRound, PeerWarm};
 
 /// The peer script, embedded so the binary runs it from anywhere.
 const PEERS_SCRIPT: &str = include_str!("../../bench/peers.py");
@@ -145,6 +145,14 @@ impl PeerPolicies for PythonPeers {
 
     fn learn(&mut self, feedback: &[PeerFeedback]) -> Result<(), String> {
         self.call(&json!({ "learn": feedback })).map(|_| ())
+    }
+
+    fn warm(&mut self, decisions: &[PeerWarm]) -> Result<(), String> {
+        // In chunks, so no message grows with the log.
+        for chunk in decisions.chunks(1_000) {
+            self.call(&json!({ "warm": chunk }))?;
+        }
+        Ok(())
     }
 
     fn seconds(&mut self) -> Result<HashMap<String, f64>, String> {

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::rewards::{Decision, Reward, RewardInputs, reward};
+use crate::candidates::FailureObservation;
 use crate::domain::agent_config::{canonical_json, validate_diff};
 use crate::domain::{FieldErrors, RecommendationType, apply_merge_patch};
 use crate::storage::export_rows::ExportRow;
@@ -63,6 +64,28 @@ pub struct FailureGroup {
     pub failure_type: String,
     pub count: i64,
     pub example: String,
+}
+
+/// Failures of one export failure group read into a context, at most: the signal weights are
+/// shares, so a group's size only matters relative to the others'.
+pub const MAX_FAILURES_PER_GROUP: i64 = 100;
+
+impl FailureGroup {
+    /// The group as the failures a request reports: its example message, once per failure
+    /// counted (at most [`MAX_FAILURES_PER_GROUP`]), with no tool or error code (the export
+    /// keeps neither per failure).
+    pub fn observations(&self) -> impl Iterator<Item = FailureObservation> + '_ {
+        let observation = FailureObservation {
+            failure_category: Some(self.failure_category.clone()),
+            error_message: Some(self.example.clone()),
+            tool_name: None,
+            error_code: None,
+        };
+        std::iter::repeat_n(
+            observation,
+            self.count.clamp(0, MAX_FAILURES_PER_GROUP) as usize,
+        )
+    }
 }
 
 /// One exported example.

@@ -21,9 +21,12 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::engine::{RecommendError, RecommendInput, no_evidence, prepare, rank};
+use super::engine::{
+    RecommendError, RecommendInput, candidate_vector_for, no_evidence, prepare, rank,
+};
 use super::features::layout;
 use crate::candidates::{CandidateIndex, FailureObservation};
+use crate::domain::apply_merge_patch;
 use crate::world::{Context, Environment};
 
 /// How to run the benchmark.
@@ -43,6 +46,184 @@ pub struct BanditBenchConfig {
     pub thompson: Vec<(String, PolicyConfig)>,
     /// The first this many rounds are reported as the cold start.
     pub cold_start: usize,
+    /// What every learner knows before round 1: the platform's logged decisions (see
+    /// [`warm_start`]); `None` starts every learner from nothing.
+    pub warm_start: Option<WarmStart>,
+}
+
+/// A decision from the platform's log: what was known when it was made, the diff people were
+/// shown and their answer.
+#[derive(Debug, Clone)]
+pub struct LoggedDecision {
+    pub org: String,
+    /// The failures, configuration and user segment, as a request would send them.
+    pub input: RecommendInput,
+    pub diff: Value,
+    pub approved: bool,
+}
+
+/// The logged decisions a warm start learns from: those whose diff arc-rec's generator proposes
+/// again in the same context, as the features each learner would have seen.
+#[derive(Debug, Clone, Default)]
+pub struct WarmStart {
+    /// How much one logged answer counts against one answer of the benchmark's own (0, 1]: the
+    /// log was collected by another recommender on other lists, so it may be worth less.
+    pub weight: f64,
+    /// For arc-rec's policies: (z, c, approved) per matched decision, in log order.
+    pub decisions: Vec<(Vec<f64>, Vec<f64>, bool)>,
+    /// For the peers: the same decisions, each with the list it was regenerated in.
+    pub peers: Vec<PeerWarm>,
+    /// Logged decisions read, and those matched to a regenerated candidate.
+    pub logged: usize,
+    pub matched: usize,
+    /// Of the matched, those whose generated candidate pulls the same lever (the same values
+    /// changed, numbers in the same direction) by another amount rather than to the same
+    /// configuration.
+    pub lever_matched: usize,
+}
+
+/// One logged decision as a peer learns it: the context, the regenerated list and which of its
+/// candidates was shown (probability unknown: the log's recommender did not record one).
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerWarm {
+    pub context: PeerContext,
+    pub candidates: Vec<PeerCandidate>,
+    pub index: usize,
+    pub accepted: bool,
+}
+
+/// Builds the warm start of `logged`: each decision's context goes through the candidate
+/// generator of its organization's index (as a request would), and the decision counts when one
+/// generated candidate leads to the same configuration as the logged diff, or else pulls the
+/// same lever (see `lever_of`: the logged diff is then featurized in that candidate's place, with
+/// its type and statistics); the others are left out (their candidate features — type, expected
+/// gain, evidence — are undefined). `weight` is [`WarmStart::weight`].
+pub fn warm_start(
+    indexes: &HashMap<String, CandidateIndex>,
+    logged: &[LoggedDecision],
+    weight: f64,
+) -> WarmStart {
+    let mut warm = WarmStart {
+        weight,
+        logged: logged.len(),
+        ..WarmStart::default()
+    };
+    for decision in logged {
+        let Some(index) = indexes.get(&decision.org) else {
+            continue;
+        };
+        let mut prepared = prepare(index, &decision.input);
+        let current = &decision.input.current_config;
+        let target = patched(current, &decision.diff);
+        let position = match prepared
+            .candidates
+            .iter()
+            .position(|(c, _)| patched(current, &c.diff) == target)
+        {
+            Some(position) => position,
+            None => {
+                // Another value of the same lever: the logged diff takes the candidate's place,
+                // with its own size of change and the lever's type and statistics.
+                let lever = lever_of(current, &target);
+                let Some(position) = prepared
+                    .candidates
+                    .iter()
+                    .position(|(c, _)| lever_of(current, &patched(current, &c.diff)) == lever)
+                else {
+                    continue;
+                };
+                let (candidate, features) = &mut prepared.candidates[position];
+                candidate.diff = decision.diff.clone();
+                *features = candidate_vector_for(candidate, current);
+                warm.lever_matched += 1;
+                position
+            }
+        };
+        warm.matched += 1;
+        warm.decisions.push((
+            prepared.context.clone(),
+            prepared.candidates[position].1.clone(),
+            decision.approved,
+        ));
+        let round = peer_round(0, &decision.input, &prepared);
+        warm.peers.push(PeerWarm {
+            context: round.context,
+            candidates: round.candidates,
+            index: position,
+            accepted: decision.approved,
+        });
+    }
+    warm
+}
+
+impl WarmStart {
+    /// The observations a policy with `config` is rebuilt from at clock 0: each weighted by
+    /// [`WarmStart::weight`] through its timestamp (a half-life's decay of log₂(1/weight)).
+    fn observations(&self, config: &PolicyConfig) -> Result<Vec<Observation>, BanditBenchError> {
+        let timestamp = if self.weight == 1.0 {
+            0.0
+        } else {
+            match config.half_life_s {
+                Some(h) if self.weight > 0.0 && self.weight < 1.0 => h * self.weight.log2(),
+                _ => return Err(BanditBenchError::WarmWeight(self.weight)),
+            }
+        };
+        Ok(self
+            .decisions
+            .iter()
+            .enumerate()
+            .map(|(i, (z, c, approved))| {
+                Observation::binary(
+                    format!("log:{i:09}"),
+                    timestamp,
+                    z.clone(),
+                    c.clone(),
+                    *approved,
+                )
+            })
+            .collect())
+    }
+}
+
+/// What a change from `before` to `after` does, value by value: each changed number's path and
+/// direction, each other changed value's path (and, for a string such as the model, the new
+/// value). Two diffs with the same lever differ only in how far they move their numbers.
+fn lever_of(before: &Value, after: &Value) -> std::collections::BTreeSet<String> {
+    fn walk(
+        path: &str,
+        before: Option<&Value>,
+        after: &Value,
+        out: &mut std::collections::BTreeSet<String>,
+    ) {
+        match (before, after) {
+            (Some(b), a) if b == a => {}
+            (Some(Value::Object(b)), Value::Object(a)) => {
+                for (key, value) in a {
+                    walk(&format!("{path}/{key}"), b.get(key), value, out);
+                }
+            }
+            (Some(b), Value::Number(a)) if b.is_number() => {
+                let (b, a) = (b.as_f64().unwrap_or(0.0), a.as_f64().unwrap_or(0.0));
+                out.insert(format!("{path}:{}", if a > b { "up" } else { "down" }));
+            }
+            (_, Value::String(a)) => {
+                out.insert(format!("{path}={a}"));
+            }
+            _ => {
+                out.insert(format!("{path}:changed"));
+            }
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    walk("", Some(before), after, &mut out);
+    out
+}
+
+/// The configuration `diff` leads to from `current`.
+fn patched(current: &Value, diff: &Value) -> Value {
+    let mut config = current.clone();
+    apply_merge_patch(&mut config, diff);
+    config
 }
 
 /// A candidate as a peer sees it: its stable id, type and diff.
@@ -107,6 +288,8 @@ pub trait PeerPolicies {
     fn choose(&mut self, round: &PeerRound) -> Result<Vec<PeerChoice>, String>;
     /// Answers to earlier picks.
     fn learn(&mut self, feedback: &[PeerFeedback]) -> Result<(), String>;
+    /// The platform's logged decisions, before round 1 (see [`WarmStart`]).
+    fn warm(&mut self, decisions: &[PeerWarm]) -> Result<(), String>;
     /// Seconds each policy spent choosing and learning.
     fn seconds(&mut self) -> Result<HashMap<String, f64>, String>;
 }
@@ -118,6 +301,10 @@ pub enum BanditBenchError {
     Recommend(#[from] RecommendError),
     #[error("the peer policies failed: {0}")]
     Peers(String),
+    #[error(
+        "warm start weight: must be in (0, 1] (below 1 it needs the policy's half-life), got {0}"
+    )]
+    WarmWeight(f64),
 }
 
 /// One policy's results.
@@ -195,6 +382,11 @@ pub fn run(
     for (i, (name, policy_config)) in config.thompson.iter().enumerate() {
         let mut policy =
             ThompsonPolicy::new(layout(), *policy_config).map_err(RecommendError::from)?;
+        if let Some(warm) = &config.warm_start {
+            policy
+                .rebuild(&warm.observations(policy_config)?, 0.0)
+                .map_err(RecommendError::from)?;
+        }
         policy.refresh_bank_seeded(config.policy_seed ^ 0x5eed);
         runners.push(runner(
             name,
@@ -234,6 +426,9 @@ pub fn run(
             base + 3 + i,
         ));
     }
+    if let (Some(peers), Some(warm)) = (peers.as_deref_mut(), &config.warm_start) {
+        peers.warm(&warm.peers).map_err(BanditBenchError::Peers)?;
+    }
     let mut peer_feedback: Vec<PeerFeedback> = Vec::new();
     let mut peer_list_mismatches = 0usize;
 
@@ -254,7 +449,7 @@ pub fn run(
         candidate_total += diffs.len();
         let peer_choices = match peers.as_deref_mut() {
             Some(peers) if !diffs.is_empty() => {
-                let request = peer_round(round, &ctx, &prepared);
+                let request = peer_round(round, &input, &prepared);
                 let choices = peers.choose(&request).map_err(BanditBenchError::Peers)?;
                 let keys: Vec<&str> = request.candidates.iter().map(|c| c.key.as_str()).collect();
                 if choices.len() != peer_names.len()
@@ -449,22 +644,26 @@ fn regret_curve(truth: &[f64], oracle: &[f64]) -> Vec<(usize, f64)> {
 }
 
 /// The round as the platform would send it, with the list arc-rec ranks.
-fn peer_round(round: usize, ctx: &Context, prepared: &super::engine::Prepared) -> PeerRound {
+fn peer_round(
+    round: usize,
+    input: &RecommendInput,
+    prepared: &super::engine::Prepared,
+) -> PeerRound {
     PeerRound {
         round,
         context: PeerContext {
-            failures: ctx
+            failures: input
                 .failures
                 .iter()
                 .map(|f| PeerFailure {
-                    category: f.failure_category.clone(),
-                    message: f.error_message.clone(),
+                    category: f.failure_category.clone().unwrap_or_default(),
+                    message: f.error_message.clone().unwrap_or_default(),
                     tool: f.tool_name.clone(),
                 })
                 .collect(),
-            current_config: ctx.current_config.clone(),
-            user_role: Some(ctx.user.role.clone()),
-            domain: Some(ctx.user.domain.clone()),
+            current_config: input.current_config.clone(),
+            user_role: input.user_role.clone(),
+            domain: input.domain.clone(),
         },
         candidates: prepared
             .candidates
@@ -509,9 +708,12 @@ mod tests {
 
     /// A peer that shows the first candidate, records every list it is sent and, from round
     /// `drop_from` on, claims to have scored one candidate fewer.
+    #[derive(Default)]
     struct Recorder {
         lists: Vec<Vec<String>>,
         learned: Vec<PeerFeedback>,
+        /// The warm start's lists, and how many rounds had been sent when it came.
+        warmed: Vec<(Vec<String>, usize)>,
         drop_from: usize,
     }
 
@@ -537,6 +739,14 @@ mod tests {
 
         fn learn(&mut self, feedback: &[PeerFeedback]) -> Result<(), String> {
             self.learned.extend_from_slice(feedback);
+            Ok(())
+        }
+
+        fn warm(&mut self, decisions: &[PeerWarm]) -> Result<(), String> {
+            for d in decisions {
+                let keys = d.candidates.iter().map(|c| c.key.clone()).collect();
+                self.warmed.push((keys, self.lists.len()));
+            }
             Ok(())
         }
 
@@ -569,6 +779,7 @@ mod tests {
                 crate::recommend::features::policy_config(),
             )],
             cold_start: 8,
+            warm_start: None,
         };
         (world, indexes, config)
     }
@@ -578,9 +789,8 @@ mod tests {
         let (world, indexes, config) = setup();
         let environment = Environment::new(&world);
         let mut recorder = Recorder {
-            lists: Vec::new(),
-            learned: Vec::new(),
             drop_from: usize::MAX,
+            ..Recorder::default()
         };
         let report = run(&environment, &indexes, &config, Some(&mut recorder)).unwrap();
         // The oracle: the same contexts replayed, each list as arc-rec's engine prepares it.
@@ -634,9 +844,8 @@ mod tests {
         let (world, indexes, config) = setup();
         let environment = Environment::new(&world);
         let mut recorder = Recorder {
-            lists: Vec::new(),
-            learned: Vec::new(),
             drop_from: 30,
+            ..Recorder::default()
         };
         let report = run(&environment, &indexes, &config, Some(&mut recorder)).unwrap();
         assert_eq!(report.peer_list_mismatches, 10);
@@ -648,9 +857,8 @@ mod tests {
         let environment = Environment::new(&world);
         let lists = |policy_seed| {
             let mut recorder = Recorder {
-                lists: Vec::new(),
-                learned: Vec::new(),
                 drop_from: usize::MAX,
+                ..Recorder::default()
             };
             let config = BanditBenchConfig {
                 policy_seed,
@@ -673,6 +881,131 @@ mod tests {
         assert_eq!(first.1, second.1, "the heuristic shows the same candidates");
         assert_eq!(first.2, second.2, "so does the oracle");
         assert_eq!((first.3, second.3), (5, 6));
+    }
+
+    /// A log in which people approved, in each of the first contexts, the candidate the world
+    /// likes best and rejected the others, 20 times over.
+    fn oracle_log(
+        environment: &Environment,
+        indexes: &HashMap<String, CandidateIndex>,
+        config: &BanditBenchConfig,
+    ) -> Vec<LoggedDecision> {
+        let mut contexts = ChaCha8Rng::seed_from_u64(config.seed);
+        let mut logged = Vec::new();
+        for _ in 0..config.rounds {
+            let ctx = environment.next_context(&mut contexts);
+            let input = input_of(&ctx);
+            let prepared = prepare(&indexes[&ctx.org], &input);
+            let diffs: Vec<Value> = prepared
+                .candidates
+                .iter()
+                .map(|(c, _)| c.diff.clone())
+                .collect();
+            let Some(best) = environment.best_of(&ctx, &diffs) else {
+                continue;
+            };
+            for _ in 0..20 {
+                for (i, diff) in diffs.iter().enumerate() {
+                    logged.push(LoggedDecision {
+                        org: ctx.org.clone(),
+                        input: input.clone(),
+                        diff: diff.clone(),
+                        approved: i == best,
+                    });
+                }
+            }
+        }
+        logged
+    }
+
+    #[test]
+    fn a_warm_start_teaches_the_policies_and_the_peers_the_log_before_round_one() {
+        let (world, indexes, config) = setup();
+        let environment = Environment::new(&world);
+        let config = BanditBenchConfig {
+            rounds: 20,
+            cold_start: 20,
+            thompson: vec![(
+                "thompson".to_owned(),
+                PolicyConfig {
+                    epsilon: 0.0,
+                    ..crate::recommend::features::policy_config()
+                },
+            )],
+            ..config
+        };
+        let mut logged = oracle_log(&environment, &indexes, &config);
+        // A diff the generator never proposes is left out.
+        let mut stray = logged[0].clone();
+        stray.diff = serde_json::json!({"temperature": 0.123_456});
+        logged.push(stray);
+        let warm = warm_start(&indexes, &logged, 1.0);
+        assert_eq!(
+            (warm.logged, warm.matched),
+            (logged.len(), logged.len() - 1)
+        );
+        assert_eq!(warm.decisions.len(), warm.peers.len());
+        let truth = |config: &BanditBenchConfig, recorder: &mut Recorder| {
+            let report = run(&environment, &indexes, config, Some(recorder)).unwrap();
+            let of = |name: &str| {
+                report
+                    .policies
+                    .iter()
+                    .find(|p| p.policy == name)
+                    .unwrap()
+                    .cold_start_true_acceptance
+            };
+            (of("thompson"), of("oracle"))
+        };
+        let mut cold = Recorder {
+            drop_from: usize::MAX,
+            ..Recorder::default()
+        };
+        let (without, oracle) = truth(&config, &mut cold);
+        assert!(cold.warmed.is_empty());
+        let warmed_config = BanditBenchConfig {
+            warm_start: Some(warm.clone()),
+            ..config.clone()
+        };
+        let mut recorder = Recorder {
+            drop_from: usize::MAX,
+            ..Recorder::default()
+        };
+        let (with, _) = truth(&warmed_config, &mut recorder);
+        assert!(
+            with > without && with >= 0.95 * oracle,
+            "warm {with}, cold {without}, oracle {oracle}"
+        );
+        // The peers got every matched decision, with its list, before the first round.
+        assert_eq!(recorder.warmed.len(), warm.matched);
+        assert!(recorder.warmed.iter().all(|(_, sent)| *sent == 0));
+        assert_eq!(recorder.warmed[0].0, recorder.lists[0]);
+    }
+
+    #[test]
+    fn a_warm_start_weight_is_a_half_life_s_decay() {
+        let config = crate::recommend::features::policy_config();
+        let h = config.half_life_s.unwrap();
+        let warm = |weight| WarmStart {
+            weight,
+            decisions: vec![(vec![0.0], vec![0.0], true)],
+            ..WarmStart::default()
+        };
+        let t = warm(0.25).observations(&config).unwrap()[0].timestamp_s;
+        assert!((t / h - -2.0).abs() < 1e-12);
+        assert_eq!(warm(1.0).observations(&config).unwrap()[0].timestamp_s, 0.0);
+        for bad in [0.0, -0.5, 1.5, f64::NAN] {
+            assert!(matches!(
+                warm(bad).observations(&config),
+                Err(BanditBenchError::WarmWeight(_))
+            ));
+        }
+        let no_half_life = PolicyConfig {
+            half_life_s: None,
+            ..config
+        };
+        assert!(warm(0.5).observations(&no_half_life).is_err());
+        assert!(warm(1.0).observations(&no_half_life).is_ok());
     }
 
     #[test]

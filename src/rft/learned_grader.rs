@@ -33,9 +33,10 @@ use sha2::{Digest, Sha256};
 
 use super::completion::minimal_patch;
 use super::dataset::RftPrompt;
-use crate::candidates::{CandidateIndex, CandidateRequest, ConfigView, FailureObservation};
+use crate::candidates::{CandidateIndex, CandidateRequest, ConfigView};
 use crate::clustering::{ClusterModel, FailureText};
 use crate::domain::{Candidate, CandidatePrior, CandidateSource, RecommendationType};
+use crate::export::example::{FailureGroup, MAX_FAILURES_PER_GROUP};
 use crate::recommend::engine::{candidate_vector_for, context_for};
 use crate::recommend::features::layout;
 
@@ -48,10 +49,6 @@ const SUPPORT_SLACK: f64 = 1e-9;
 
 /// κ by default: the reward is σ(μ − 1·s), one posterior standard deviation below the mean.
 pub const DEFAULT_LCB_Z: f64 = 1.0;
-
-/// Failures of one export failure group read into the context, at most: the signal weights are
-/// shares, so a group's size only matters relative to the others'.
-const MAX_FAILURES_PER_GROUP: i64 = 100;
 
 /// Largest relative difference between refitted and stored coefficients that still counts as
 /// the same fit (the refit is deterministic; this only absorbs a different libm).
@@ -454,15 +451,7 @@ fn context_of(
         .facts
         .failures
         .iter()
-        .flat_map(|group| {
-            let observation = FailureObservation {
-                failure_category: Some(group.failure_category.clone()),
-                error_message: Some(group.example.clone()),
-                tool_name: None,
-                error_code: None,
-            };
-            std::iter::repeat_n(observation, failures_read(group.count))
-        })
+        .flat_map(FailureGroup::observations)
         .collect();
     let request = CandidateRequest {
         failures,
@@ -550,7 +539,6 @@ mod tests {
 
     use super::*;
     use crate::export::Split;
-    use crate::export::example::FailureGroup;
     use crate::rft::dataset::{LoggedDecision, PromptFacts};
 
     fn config() -> Value {
