@@ -77,10 +77,17 @@ pub struct BenchBanditArgs {
     pub outcomes: u64,
     /// Warm start: every learner (arc-rec's policies and the peers) first learns the world's
     /// logged approvals and rejections of past diffs that arc-rec's generator proposes again in
-    /// the same context, each counted as this fraction of one answer of its own (0 = no warm
-    /// start). The log's own recommender recorded no propensities, so none are used.
-    #[arg(long, default_value_t = 0.0)]
+    /// the same context (or another amount of the same change), each counted as this fraction
+    /// of one answer of its own; 0 starts every learner from nothing. The log's own recommender
+    /// recorded no propensities, so none are used.
+    #[arg(long, default_value_t = 1.0)]
     pub warm_start_weight: f64,
+    /// Also run "full information (linear)", a diagnostic no policy can be: arc-rec's linear
+    /// model learning every round the true acceptance probability of every candidate, showing
+    /// the best by its mean; its distance to the oracle is what arc-rec's features cannot tell
+    /// apart.
+    #[arg(long)]
+    pub full_information: bool,
     /// Rounds reported (the last ones).
     #[arg(long, default_value_t = 5_000)]
     pub last: u64,
@@ -411,6 +418,7 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
             ),
         ],
         cold_start: usize::try_from(args.cold_start)?,
+        full_information: args.full_information,
         warm_start,
     };
     let peer_policies = crate::commands::bench_peers::expand_peers(&args.peers)?;
@@ -462,12 +470,12 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
     };
     let (random, oracle) = (baseline("uniform random"), baseline("oracle"));
     println!(
-        "{:<22} {:>11} {:>12} {:>10} {:>10} {:>14}",
+        "{:<26} {:>11} {:>12} {:>10} {:>10} {:>14}",
         "policy", "acceptance", "reliability", "x random", "x oracle", "acceptance(all)"
     );
     for p in &report.policies {
         println!(
-            "{:<22} {:>11.3} {:>12.4} {:>10.2} {:>10.2} {:>14.3}",
+            "{:<26} {:>11.3} {:>12.4} {:>10.2} {:>10.2} {:>14.3}",
             p.policy,
             p.acceptance_rate,
             p.reliability_gain,
@@ -483,7 +491,7 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
     );
     println!("\ntrue acceptance of what each showed (the world's probability, no draw noise):");
     println!(
-        "{:<22} {:>12} {:>14} {:>10} {:>13}",
+        "{:<26} {:>12} {:>14} {:>10} {:>13}",
         "policy",
         format!("first {}", report.cold_start_rounds),
         format!("last {}", report.last_quarter_rounds),
@@ -492,7 +500,7 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
     );
     for p in &report.policies {
         println!(
-            "{:<22} {:>12.3} {:>14.3} {:>10.3} {:>13}",
+            "{:<26} {:>12.3} {:>14.3} {:>10.3} {:>13}",
             p.policy,
             p.cold_start_true_acceptance,
             p.last_quarter_true_acceptance,

@@ -46,6 +46,11 @@ pub struct BanditBenchConfig {
     pub thompson: Vec<(String, PolicyConfig)>,
     /// The first this many rounds are reported as the cold start.
     pub cold_start: usize,
+    /// Also run "full information (linear)": the shared linear model on arc-rec's features,
+    /// learning each round the true acceptance probability of *every* candidate and showing
+    /// the best by its posterior mean. No policy can learn that way; how close it gets to the
+    /// oracle is what the features can tell apart, with exploration out of the question.
+    pub full_information: bool,
     /// What every learner knows before round 1: the platform's logged decisions (see
     /// [`warm_start`]); `None` starts every learner from nothing.
     pub warm_start: Option<WarmStart>,
@@ -357,6 +362,8 @@ enum Strategy {
     Oracle,
     /// A policy of the [`PeerPolicies`], by name.
     Peer,
+    /// See [`BanditBenchConfig::full_information`].
+    FullInformation(Box<ThompsonPolicy>),
 }
 
 struct Runner {
@@ -424,6 +431,24 @@ pub fn run(
             Strategy::Peer,
             config.policy_seed,
             base + 3 + i,
+        ));
+    }
+    if config.full_information {
+        // After every other runner, so their random streams stay those of a run without it.
+        let policy = ThompsonPolicy::new(
+            layout(),
+            PolicyConfig {
+                epsilon: 0.0,
+                ..super::features::policy_config()
+            },
+        )
+        .map_err(RecommendError::from)?;
+        let i = runners.len();
+        runners.push(runner(
+            "full information (linear)",
+            Strategy::FullInformation(Box::new(policy)),
+            config.policy_seed,
+            i,
         ));
     }
     if let (Some(peers), Some(warm)) = (peers.as_deref_mut(), &config.warm_start) {
@@ -498,6 +523,18 @@ pub fn run(
                     None,
                 ),
                 Strategy::Random => (None, None),
+                Strategy::FullInformation(policy) => {
+                    let mut best: Option<(usize, f64)> = None;
+                    for (i, (_, c)) in prepared.candidates.iter().enumerate() {
+                        let score = policy
+                            .mean_score(&prepared.context, c)
+                            .map_err(RecommendError::from)?;
+                        if best.is_none_or(|(_, top)| score > top) {
+                            best = Some((i, score));
+                        }
+                    }
+                    (best.map(|(i, _)| diffs[i].clone()), None)
+                }
                 Strategy::Peer => (peer_pick.and_then(|c| diffs.get(c.index).cloned()), None),
             };
             r.rank_time += started.elapsed();
@@ -523,6 +560,18 @@ pub fn run(
                     index: choice.index,
                     accepted: feedback.accepted,
                 });
+            }
+            if let Strategy::FullInformation(policy) = &mut r.strategy {
+                for (i, (candidate, c)) in prepared.candidates.iter().enumerate() {
+                    let observation = Observation {
+                        id: format!("{round}/{i}"),
+                        timestamp_s: round as f64 * 60.0,
+                        context: prepared.context.clone(),
+                        candidate: c.clone(),
+                        reward: environment.acceptance_probability(&ctx, &candidate.diff),
+                    };
+                    policy.update(&observation).map_err(RecommendError::from)?;
+                }
             }
             if let (Strategy::Thompson { policy, pending }, Some((z, c))) =
                 (&mut r.strategy, features)
@@ -580,7 +629,10 @@ pub fn run(
             let decisions_per_s = match r.strategy {
                 Strategy::Thompson { .. } => Some(decisions / r.rank_time.as_secs_f64().max(1e-9)),
                 Strategy::Peer => peer_seconds.get(&r.name).map(|s| decisions / s.max(1e-9)),
-                Strategy::Random | Strategy::Heuristic | Strategy::Oracle => None,
+                Strategy::Random
+                | Strategy::Heuristic
+                | Strategy::Oracle
+                | Strategy::FullInformation(_) => None,
             };
             PolicyResult {
                 policy: r.name.clone(),
@@ -779,6 +831,7 @@ mod tests {
                 crate::recommend::features::policy_config(),
             )],
             cold_start: 8,
+            full_information: false,
             warm_start: None,
         };
         (world, indexes, config)
