@@ -988,15 +988,34 @@ mod tests {
             ..config
         };
         let mut logged = oracle_log(&environment, &indexes, &config);
-        // A diff the generator never proposes is left out.
+        // A diff no generated candidate pulls the lever of is left out.
         let mut stray = logged[0].clone();
-        stray.diff = serde_json::json!({"temperature": 0.123_456});
+        stray.diff = serde_json::json!({"system_prompt": "Be brief."});
         logged.push(stray);
+        // Another amount of a generated change counts, featurized as itself.
+        let temperature = logged
+            .iter()
+            .position(|d| {
+                d.diff.as_object().is_some_and(|o| o.len() == 1)
+                    && d.diff.get("temperature").is_some_and(Value::is_f64)
+            })
+            .expect("a temperature candidate");
+        let mut nudged = logged[temperature].clone();
+        let t = nudged.diff["temperature"].as_f64().unwrap();
+        nudged.diff = serde_json::json!({ "temperature": t + 0.01 });
+        logged.push(nudged);
         let warm = warm_start(&indexes, &logged, 1.0);
         assert_eq!(
-            (warm.logged, warm.matched),
-            (logged.len(), logged.len() - 1)
+            (warm.logged, warm.matched, warm.lever_matched),
+            (logged.len(), logged.len() - 1, 1)
         );
+        let exact = &warm.decisions[temperature].1;
+        let other = &warm.decisions[warm.matched - 1].1;
+        assert!(
+            (other[17] - exact[17] - 0.01).abs() < 1e-9,
+            "its own size of change"
+        );
+        assert_eq!(other[..17], exact[..17], "the lever's type and statistics");
         assert_eq!(warm.decisions.len(), warm.peers.len());
         let truth = |config: &BanditBenchConfig, recorder: &mut Recorder| {
             let report = run(&environment, &indexes, config, Some(recorder)).unwrap();
