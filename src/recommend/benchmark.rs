@@ -350,6 +350,17 @@ pub struct BanditBenchReport {
     /// Rounds in which a peer scored other candidates than arc-rec's list (0: every policy saw
     /// identical lists).
     pub peer_list_mismatches: usize,
+    /// What the learners knew before round 1 (`null`: nothing).
+    pub warm_start: Option<WarmStartSummary>,
+}
+
+/// A warm start's size, as reported.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct WarmStartSummary {
+    pub weight: f64,
+    pub logged: usize,
+    pub matched: usize,
+    pub lever_matched: usize,
 }
 
 enum Strategy {
@@ -664,6 +675,12 @@ pub fn run(
         cold_start_rounds: cold,
         last_quarter_rounds: quarter.min(config.rounds),
         peer_list_mismatches,
+        warm_start: config.warm_start.as_ref().map(|w| WarmStartSummary {
+            weight: w.weight,
+            logged: w.logged,
+            matched: w.matched,
+            lever_matched: w.lever_matched,
+        }),
     })
 }
 
@@ -1027,14 +1044,15 @@ mod tests {
                     .unwrap()
                     .cold_start_true_acceptance
             };
-            (of("thompson"), of("oracle"))
+            (of("thompson"), of("oracle"), report.warm_start)
         };
         let mut cold = Recorder {
             drop_from: usize::MAX,
             ..Recorder::default()
         };
-        let (without, oracle) = truth(&config, &mut cold);
+        let (without, oracle, reported) = truth(&config, &mut cold);
         assert!(cold.warmed.is_empty());
+        assert_eq!(reported, None);
         let warmed_config = BanditBenchConfig {
             warm_start: Some(warm.clone()),
             ..config.clone()
@@ -1043,7 +1061,16 @@ mod tests {
             drop_from: usize::MAX,
             ..Recorder::default()
         };
-        let (with, _) = truth(&warmed_config, &mut recorder);
+        let (with, _, reported) = truth(&warmed_config, &mut recorder);
+        assert_eq!(
+            reported,
+            Some(WarmStartSummary {
+                weight: 1.0,
+                logged: logged.len(),
+                matched: logged.len() - 1,
+                lever_matched: 1,
+            })
+        );
         assert!(
             with > without && with >= 0.95 * oracle,
             "warm {with}, cold {without}, oracle {oracle}"
