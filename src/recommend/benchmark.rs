@@ -21,12 +21,11 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::engine::{
-    RecommendError, RecommendInput, candidate_vector_for, no_evidence, prepare, rank,
-};
+use super::engine::{RecommendError, RecommendInput, no_evidence, prepare, rank};
 use super::features::layout;
+pub use super::warm_start::LoggedDecision;
+use super::warm_start::match_decision;
 use crate::candidates::{CandidateIndex, FailureObservation};
-use crate::domain::apply_merge_patch;
 use crate::world::{Context, Environment};
 
 /// How to run the benchmark.
@@ -54,17 +53,6 @@ pub struct BanditBenchConfig {
     /// What every learner knows before round 1: the platform's logged decisions (see
     /// [`warm_start`]); `None` starts every learner from nothing.
     pub warm_start: Option<WarmStart>,
-}
-
-/// A decision from the platform's log: what was known when it was made, the diff people were
-/// shown and their answer.
-#[derive(Debug, Clone)]
-pub struct LoggedDecision {
-    pub org: String,
-    /// The failures, configuration and user segment, as a request would send them.
-    pub input: RecommendInput,
-    pub diff: Value,
-    pub approved: bool,
 }
 
 /// The logged decisions a warm start learns from: those whose diff arc-rec's generator proposes
@@ -117,33 +105,13 @@ pub fn warm_start(
         let Some(index) = indexes.get(&decision.org) else {
             continue;
         };
-        let mut prepared = prepare(index, &decision.input);
-        let current = &decision.input.current_config;
-        let target = patched(current, &decision.diff);
-        let position = match prepared
-            .candidates
-            .iter()
-            .position(|(c, _)| patched(current, &c.diff) == target)
-        {
-            Some(position) => position,
-            None => {
-                // Another value of the same lever: the logged diff takes the candidate's place,
-                // with its own size of change and the lever's type and statistics.
-                let lever = lever_of(current, &target);
-                let Some(position) = prepared
-                    .candidates
-                    .iter()
-                    .position(|(c, _)| lever_of(current, &patched(current, &c.diff)) == lever)
-                else {
-                    continue;
-                };
-                let (candidate, features) = &mut prepared.candidates[position];
-                candidate.diff = decision.diff.clone();
-                *features = candidate_vector_for(candidate, current);
-                warm.lever_matched += 1;
-                position
-            }
+        let Some(matched) = match_decision(index, decision) else {
+            continue;
         };
+        let (prepared, position) = (matched.prepared, matched.position);
+        if matched.by_lever {
+            warm.lever_matched += 1;
+        }
         warm.matched += 1;
         warm.decisions.push((
             prepared.context.clone(),
@@ -188,47 +156,6 @@ impl WarmStart {
             })
             .collect())
     }
-}
-
-/// What a change from `before` to `after` does, value by value: each changed number's path and
-/// direction, each other changed value's path (and, for a string such as the model, the new
-/// value). Two diffs with the same lever differ only in how far they move their numbers.
-fn lever_of(before: &Value, after: &Value) -> std::collections::BTreeSet<String> {
-    fn walk(
-        path: &str,
-        before: Option<&Value>,
-        after: &Value,
-        out: &mut std::collections::BTreeSet<String>,
-    ) {
-        match (before, after) {
-            (Some(b), a) if b == a => {}
-            (Some(Value::Object(b)), Value::Object(a)) => {
-                for (key, value) in a {
-                    walk(&format!("{path}/{key}"), b.get(key), value, out);
-                }
-            }
-            (Some(b), Value::Number(a)) if b.is_number() => {
-                let (b, a) = (b.as_f64().unwrap_or(0.0), a.as_f64().unwrap_or(0.0));
-                out.insert(format!("{path}:{}", if a > b { "up" } else { "down" }));
-            }
-            (_, Value::String(a)) => {
-                out.insert(format!("{path}={a}"));
-            }
-            _ => {
-                out.insert(format!("{path}:changed"));
-            }
-        }
-    }
-    let mut out = std::collections::BTreeSet::new();
-    walk("", Some(before), after, &mut out);
-    out
-}
-
-/// The configuration `diff` leads to from `current`.
-fn patched(current: &Value, diff: &Value) -> Value {
-    let mut config = current.clone();
-    apply_merge_patch(&mut config, diff);
-    config
 }
 
 /// A candidate as a peer sees it: its stable id, type and diff.

@@ -12,3 +12,4 @@ pub mod pipeline_bench;
 pub mod placement;
 pub mod service;
 pub mod snapshot;
+pub mod warm_start;
