@@ -68,9 +68,15 @@ pub struct FailureGroup {
 
 /// Failures of one export failure group read into a context, at most: the signal weights are
 /// shares, so a group's size only matters relative to the others'.
-pub const MAX_FAILURES_PER_GROUP: i64 = 100;
+const MAX_FAILURES_PER_GROUP: i64 = 100;
 
 impl FailureGroup {
+    /// How many of the group's failures a context reads: its count, at most
+    /// [`MAX_FAILURES_PER_GROUP`].
+    pub fn failures_read(&self) -> usize {
+        self.count.clamp(0, MAX_FAILURES_PER_GROUP) as usize
+    }
+
     /// The group as the failures a request reports: its example message, once per failure
     /// counted (at most [`MAX_FAILURES_PER_GROUP`]), with no tool or error code (the export
     /// keeps neither per failure).
@@ -81,10 +87,7 @@ impl FailureGroup {
             tool_name: None,
             error_code: None,
         };
-        std::iter::repeat_n(
-            observation,
-            self.count.clamp(0, MAX_FAILURES_PER_GROUP) as usize,
-        )
+        std::iter::repeat_n(observation, self.failures_read())
     }
 }
 

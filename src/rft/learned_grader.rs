@@ -36,7 +36,7 @@ use super::dataset::RftPrompt;
 use crate::candidates::{CandidateIndex, CandidateRequest, ConfigView};
 use crate::clustering::{ClusterModel, FailureText};
 use crate::domain::{Candidate, CandidatePrior, CandidateSource, RecommendationType};
-use crate::export::example::{FailureGroup, MAX_FAILURES_PER_GROUP};
+use crate::export::example::FailureGroup;
 use crate::recommend::engine::{candidate_vector_for, context_for};
 use crate::recommend::features::layout;
 
@@ -137,7 +137,7 @@ pub fn place_prompts<'a>(
                     tool_name: None,
                     error_type: None,
                 };
-                std::iter::repeat_n(text, failures_read(group.count))
+                std::iter::repeat_n(text, group.failures_read())
             })
             .collect();
         if let Ok(assignment) = model.assign_texts(&texts) {
@@ -151,11 +151,6 @@ pub fn place_prompts<'a>(
         }
     }
     placements
-}
-
-/// How many of a failure group's failures a context reads.
-fn failures_read(count: i64) -> usize {
-    count.clamp(0, MAX_FAILURES_PER_GROUP) as usize
 }
 
 /// A learned grader's view of one diff in one context.
