@@ -82,6 +82,11 @@ pub struct BenchBanditArgs {
     /// recorded no propensities, so none are used.
     #[arg(long, default_value_t = 1.0)]
     pub warm_start_weight: f64,
+    /// Whether the warm start weighs each logged decision by its age as serving does (its
+    /// time before the log's newest, under the policy's half-life); `false` counts every
+    /// logged decision alike.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub warm_start_by_age: bool,
     /// Also run "full information (linear)", a diagnostic no policy can be: arc-rec's linear
     /// model learning every round the true acceptance probability of every candidate, showing
     /// the best by its mean; its distance to the oracle is what arc-rec's features cannot tell
@@ -275,33 +280,15 @@ const BANDIT_WORLD_OUTCOMES: u64 = 20_000;
 /// truth.
 async fn logged_decisions(
     database: &Database,
-) -> anyhow::Result<Vec<crate::recommend::benchmark::LoggedDecision>> {
-    use crate::export::example::FailureGroup;
-    use crate::recommend::benchmark::LoggedDecision;
-    use crate::recommend::engine::RecommendInput;
+) -> anyhow::Result<Vec<crate::recommend::warm_start::LoggedDecision>> {
+    use crate::recommend::warm_start::LoggedDecision;
 
     let mut logged = Vec::new();
     crate::storage::export_rows::for_each_row(
         database,
         &crate::storage::export_rows::ExportFilter::default(),
         |row| -> anyhow::Result<()> {
-            let groups: Vec<FailureGroup> = row
-                .failures
-                .and_then(|f| serde_json::from_value(f).ok())
-                .unwrap_or_default();
-            logged.push(LoggedDecision {
-                org: row.org_id,
-                input: RecommendInput {
-                    failures: groups.iter().flat_map(FailureGroup::observations).collect(),
-                    current_config: row.config_before,
-                    user_role: row.user_role,
-                    domain: row.domain,
-                    k: 1,
-                    ..RecommendInput::default()
-                },
-                diff: row.diff,
-                approved: row.approval_status == "approved",
-            });
+            logged.push(LoggedDecision::of_export_row(row));
             Ok(())
         },
     )
@@ -379,8 +366,12 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
     }
     let warm_start = if args.warm_start_weight > 0.0 {
         let logged = logged_decisions(&bench_db).await?;
-        let warm =
-            crate::recommend::benchmark::warm_start(&indexes, &logged, args.warm_start_weight);
+        let warm = crate::recommend::benchmark::warm_start(
+            &indexes,
+            &logged,
+            args.warm_start_weight,
+            args.warm_start_by_age,
+        );
         eprintln!(
             "warm start: {} of {} logged decisions matched to a generated candidate ({:.1} %; {} of them pulling the same lever by another amount), each weighted {}",
             warm.matched,

@@ -23,8 +23,7 @@ use serde_json::Value;
 
 use super::engine::{RecommendError, RecommendInput, no_evidence, prepare, rank};
 use super::features::layout;
-pub use super::warm_start::LoggedDecision;
-use super::warm_start::match_decision;
+use super::warm_start::{LoggedDecision, match_decision};
 use crate::candidates::{CandidateIndex, FailureObservation};
 use crate::world::{Context, Environment};
 
@@ -62,8 +61,8 @@ pub struct WarmStart {
     /// How much one logged answer counts against one answer of the benchmark's own (0, 1]: the
     /// log was collected by another recommender on other lists, so it may be worth less.
     pub weight: f64,
-    /// For arc-rec's policies: (z, c, approved) per matched decision, in log order.
-    pub decisions: Vec<(Vec<f64>, Vec<f64>, bool)>,
+    /// For arc-rec's policies: each matched decision as features, in log order.
+    pub decisions: Vec<WarmDecision>,
     /// For the peers: the same decisions, each with the list it was regenerated in.
     pub peers: Vec<PeerWarm>,
     /// Logged decisions read, and those matched to a regenerated candidate.
@@ -73,6 +72,18 @@ pub struct WarmStart {
     /// changed, numbers in the same direction) by another amount rather than to the same
     /// configuration.
     pub lever_matched: usize,
+}
+
+/// One matched decision as arc-rec's policies learn it.
+#[derive(Debug, Clone, Default)]
+pub struct WarmDecision {
+    /// z and c, as a request in its context would have ranked the logged diff.
+    pub context: Vec<f64>,
+    pub candidate: Vec<f64>,
+    pub approved: bool,
+    /// How long before the log's newest decision it was made (0 when ages are not counted):
+    /// serving stamps each logged decision at its time, so its decay weighs the log by age.
+    pub age_s: f64,
 }
 
 /// One logged decision as a peer learns it: the context, the regenerated list and which of its
@@ -90,17 +101,21 @@ pub struct PeerWarm {
 /// generated candidate leads to the same configuration as the logged diff, or else pulls the
 /// same lever (see `lever_of`: the logged diff is then featurized in that candidate's place, with
 /// its type and statistics); the others are left out (their candidate features — type, expected
-/// gain, evidence — are undefined). `weight` is [`WarmStart::weight`].
+/// gain, evidence — are undefined). `weight` is [`WarmStart::weight`]; with `by_age`, each
+/// decision is also as old as it is against the log's newest ([`WarmDecision::age_s`]: what
+/// serving does, `recommend::warm_start::observations`).
 pub fn warm_start(
     indexes: &HashMap<String, CandidateIndex>,
     logged: &[LoggedDecision],
     weight: f64,
+    by_age: bool,
 ) -> WarmStart {
     let mut warm = WarmStart {
         weight,
         logged: logged.len(),
         ..WarmStart::default()
     };
+    let newest = logged.iter().map(|d| d.created_at).max();
     for decision in logged {
         let Some(index) = indexes.get(&decision.org) else {
             continue;
@@ -113,11 +128,15 @@ pub fn warm_start(
             warm.lever_matched += 1;
         }
         warm.matched += 1;
-        warm.decisions.push((
-            prepared.context.clone(),
-            prepared.candidates[position].1.clone(),
-            decision.approved,
-        ));
+        warm.decisions.push(WarmDecision {
+            context: prepared.context.clone(),
+            candidate: prepared.candidates[position].1.clone(),
+            approved: decision.approved,
+            age_s: match newest {
+                Some(newest) if by_age => (newest - decision.created_at).as_seconds_f64(),
+                _ => 0.0,
+            },
+        });
         let round = peer_round(0, &decision.input, &prepared);
         warm.peers.push(PeerWarm {
             context: round.context,
@@ -130,10 +149,11 @@ pub fn warm_start(
 }
 
 impl WarmStart {
-    /// The observations a policy with `config` is rebuilt from at clock 0: each weighted by
-    /// [`WarmStart::weight`] through its timestamp (a half-life's decay of log₂(1/weight)).
+    /// The observations a policy with `config` is rebuilt from at clock 0: each stamped its age
+    /// before 0 and weighted by [`WarmStart::weight`] through its timestamp (a half-life's decay
+    /// of log₂(1/weight)).
     fn observations(&self, config: &PolicyConfig) -> Result<Vec<Observation>, BanditBenchError> {
-        let timestamp = if self.weight == 1.0 {
+        let offset = if self.weight == 1.0 {
             0.0
         } else {
             match config.half_life_s {
@@ -145,13 +165,13 @@ impl WarmStart {
             .decisions
             .iter()
             .enumerate()
-            .map(|(i, (z, c, approved))| {
+            .map(|(i, d)| {
                 Observation::binary(
                     format!("log:{i:09}"),
-                    timestamp,
-                    z.clone(),
-                    c.clone(),
-                    *approved,
+                    offset - d.age_s,
+                    d.context.clone(),
+                    d.candidate.clone(),
+                    d.approved,
                 )
             })
             .collect())
@@ -905,6 +925,8 @@ mod tests {
                 for (i, diff) in diffs.iter().enumerate() {
                     logged.push(LoggedDecision {
                         org: ctx.org.clone(),
+                        id: format!("d{}", logged.len()),
+                        created_at: chrono::DateTime::UNIX_EPOCH,
                         input: input.clone(),
                         diff: diff.clone(),
                         approved: i == best,
@@ -948,13 +970,13 @@ mod tests {
         let t = nudged.diff["temperature"].as_f64().unwrap();
         nudged.diff = serde_json::json!({ "temperature": t + 0.01 });
         logged.push(nudged);
-        let warm = warm_start(&indexes, &logged, 1.0);
+        let warm = warm_start(&indexes, &logged, 1.0, false);
         assert_eq!(
             (warm.logged, warm.matched, warm.lever_matched),
             (logged.len(), logged.len() - 1, 1)
         );
-        let exact = &warm.decisions[temperature].1;
-        let other = &warm.decisions[warm.matched - 1].1;
+        let exact = &warm.decisions[temperature].candidate;
+        let other = &warm.decisions[warm.matched - 1].candidate;
         assert!(
             (other[17] - exact[17] - 0.01).abs() < 1e-9,
             "its own size of change"
@@ -1009,17 +1031,42 @@ mod tests {
     }
 
     #[test]
-    fn a_warm_start_weight_is_a_half_life_s_decay() {
+    fn a_warm_start_weight_and_a_decision_s_age_are_half_life_decays() {
         let config = crate::recommend::features::policy_config();
         let h = config.half_life_s.unwrap();
         let warm = |weight| WarmStart {
             weight,
-            decisions: vec![(vec![0.0], vec![0.0], true)],
+            decisions: vec![
+                WarmDecision {
+                    context: vec![0.0],
+                    candidate: vec![0.0],
+                    approved: true,
+                    age_s: 0.0,
+                },
+                WarmDecision {
+                    context: vec![0.0],
+                    candidate: vec![0.0],
+                    approved: false,
+                    age_s: h,
+                },
+            ],
             ..WarmStart::default()
         };
         let t = warm(0.25).observations(&config).unwrap()[0].timestamp_s;
         assert!((t / h - -2.0).abs() < 1e-12);
-        assert_eq!(warm(1.0).observations(&config).unwrap()[0].timestamp_s, 0.0);
+        let at = |w: f64| -> Vec<f64> {
+            warm(w)
+                .observations(&config)
+                .unwrap()
+                .iter()
+                .map(|o| o.timestamp_s)
+                .collect()
+        };
+        assert_eq!(
+            at(1.0),
+            [0.0, -h],
+            "a decision a half-life older counts half"
+        );
         for bad in [0.0, -0.5, 1.5, f64::NAN] {
             assert!(matches!(
                 warm(bad).observations(&config),

@@ -124,6 +124,12 @@ pub fn candidate_vector_for(candidate: &Candidate, current_config: &Value) -> Ve
     candidate_vector(&candidate_features(candidate, current_config))
 }
 
+/// Seconds since the Unix epoch, to the millisecond: the bandit's clock in serving (feedback is
+/// stamped at its decision, a logged decision at its proposal).
+pub fn timestamp_s(t: chrono::DateTime<chrono::Utc>) -> f64 {
+    t.timestamp() as f64 + f64::from(t.timestamp_subsec_millis()) / 1000.0
+}
+
 /// Bernoulli variance bound: one answer is worth at most 1/0.25 of precision about a candidate.
 const ANSWER_VARIANCE: f64 = 0.25;
 

@@ -8,6 +8,12 @@
 //! learner applies observations in small batches, refreshes the posterior draws, and publishes
 //! a new snapshot.
 //!
+//! A new organization (no snapshot of this policy version) first learns the platform's own
+//! logged decisions (`recommend::warm_start`): its learner reads the newest
+//! [`WARM_START_DECISIONS`] decided config diffs made before the organization's first decision
+//! here, and rebuilds its policy from those matched to a candidate, each stamped at its time,
+//! before it learns any feedback. Requests rank with the prior meanwhile.
+//!
 //! Start-up at scale: each learner stores what it has learned in `bandit_state`
 //! (`recommend::snapshot`) every [`SNAPSHOT_EVERY_LESSONS`] lessons or [`SNAPSHOT_INTERVAL`],
 //! and when the server stops ([`Serving::snapshot_all`]); a server starts from the snapshots of
@@ -15,7 +21,7 @@
 //! the tail of the log, not all of it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use bandit::{Observation, ThompsonPolicy};
@@ -31,12 +37,13 @@ use super::candidate_log::{self, CandidateEntry, CandidateLogError};
 use super::decision_writer::{DecisionWriteError, DecisionWriter};
 use super::engine::{
     CandidateEvidence, RecommendError, RecommendInput, Shown, learning_reward, prepare, rank,
-    record_evidence,
+    record_evidence, timestamp_s,
 };
 use super::exposure::{Exposure, ExposureCap};
 use super::features::{layout, policy_config};
 use super::placement::{PlacementError, place};
 use super::snapshot::{LearnedRow, Ledger, Lesson, OrgSnapshot, SNAPSHOT_FORMAT};
+use super::warm_start::{LoggedDecision, WarmStartCounts};
 use crate::candidates::{CandidateIndex, FailureObservation, provider_of};
 use crate::clustering::{ClusterError, ClusterModel};
 use crate::domain::Candidate;
@@ -48,9 +55,14 @@ use crate::storage::candidate_stats::{
 use crate::storage::decisions::{
     DecisionItemRecord, DecisionRecord, FeedbackOutcome, FeedbackRecord, FeedbackStored,
     LearnableFeedback, exposure_counts, failures_of_outcomes, feedback_after, feedback_for,
-    feedback_since, insert_feedback,
+    feedback_since, first_decision_at, insert_feedback,
 };
+use crate::storage::export_rows::{ExportFilter, newest_rows};
 
+/// A new organization's warm start learns at most this many of the platform's logged decisions
+/// (the newest): reading and matching them costs about a millisecond each, off the request path,
+/// and one older than a few half-lives weighs next to nothing anyway.
+pub const WARM_START_DECISIONS: usize = 20_000;
 /// How often replicas look for each other's feedback and for new model candidates.
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// A model version's candidates stored by `arc-rec candidates` reach every running replica
@@ -169,6 +181,9 @@ struct OrgServing {
     /// Decisions headed by each model version and answers about its candidates (the exposure
     /// cap on new versions).
     exposure: Mutex<Exposure>,
+    /// What the policy learned from the platform's logged decisions, once its warm start is
+    /// done (or restored with its snapshot).
+    warm_start: OnceLock<WarmStartCounts>,
     learner: mpsc::UnboundedSender<ToLearner>,
 }
 
@@ -239,7 +254,9 @@ impl std::fmt::Debug for Serving {
 /// replica and restart of the same code reports the same version.
 pub fn policy_version() -> String {
     use sha2::Digest;
-    let description = format!("{:?}|{:?}", layout(), policy_config());
+    // "warm start": policies since learn the platform's logged decisions first, so a snapshot
+    // of one that did not is not restored.
+    let description = format!("{:?}|{:?}|warm start", layout(), policy_config());
     let digest = sha2::Sha256::digest(description.as_bytes());
     format!("ts-linear-{}", hex::encode(&digest[..4]))
 }
@@ -376,6 +393,14 @@ impl Serving {
         state.policy.read().ok().map(|p| p.clone())
     }
 
+    /// What an organization's policy learned from the platform's logged decisions before its
+    /// first answer (`None` until its warm start is done, or when it has not run: a restored
+    /// snapshot taken before warm starts, or a failed read).
+    pub fn warm_start(&self, org: &str) -> Option<WarmStartCounts> {
+        let orgs = self.orgs.read().ok()?;
+        orgs.get(org)?.warm_start.get().copied()
+    }
+
     /// The organization's state, loading it on first use.
     async fn org(&self, org: &str) -> Result<Arc<OrgServing>, ServeError> {
         if let Some(state) = self.orgs.read().ok().and_then(|m| m.get(org).cloned()) {
@@ -399,6 +424,7 @@ impl Serving {
         // Answers are counted as feedback is learned (the start-up replay included); decisions
         // and what headed them come from the log.
         let (decisions, headed) = exposure_counts(&self.pool, org).await?;
+        let warm_start_due = restored.is_none();
         let (mut policy, ledger) = match restored {
             Some(restored) => restored,
             None => (
@@ -423,8 +449,12 @@ impl Serving {
             model_candidates: RwLock::new(Arc::new(model_candidates)),
             evidence: RwLock::new(ledger.evidence.clone()),
             exposure: Mutex::new(exposure),
+            warm_start: OnceLock::new(),
             learner: sender,
         });
+        if let Some(counts) = ledger.warm_start {
+            let _ = state.warm_start.set(counts);
+        }
         self.runtime.spawn(learn_loop(
             Learner {
                 org: org.to_owned(),
@@ -433,6 +463,7 @@ impl Serving {
                 pool: self.pool.clone(),
                 policy_version: self.policy_version.clone(),
             },
+            warm_start_due,
             receiver,
             Arc::downgrade(&state),
         ));
@@ -790,10 +821,6 @@ fn observation_of(row: &LearnableFeedback) -> Option<(Observation, bool)> {
     Some((observation, accepted))
 }
 
-fn timestamp_s(t: DateTime<Utc>) -> f64 {
-    t.timestamp() as f64 + f64::from(t.timestamp_subsec_millis()) / 1000.0
-}
-
 /// A learner's own state: the policy it updates and its account of what that policy learned.
 struct Learner {
     org: String,
@@ -808,7 +835,7 @@ impl Learner {
     /// and redraws the bank.
     fn learn_batch(&mut self, batch: Vec<(Observation, Lesson)>) {
         let org = self.org.as_str();
-        let epoch = (timestamp_s(Utc::now()) / DECAY_EPOCH_S).floor() * DECAY_EPOCH_S;
+        let epoch = current_epoch();
         if self.policy.clock_s().is_some_and(|clock| clock < epoch)
             && let Err(err) = self.policy.decay_to(epoch)
         {
@@ -824,6 +851,45 @@ impl Learner {
             }
         }
         self.policy.refresh_bank_seeded(rand::rng().random());
+    }
+
+    /// The warm start: rebuilds the (untaught) policy from the platform's logged decisions made
+    /// before the organization's first decision here (an arc-rec recommendation the platform
+    /// then records as a diff is learned once, from its feedback), matched against the
+    /// organization's candidates and clusters as they are now. Every replica reads the same
+    /// rows and rebuilds at an epoch boundary, so they agree (`learn_batch`).
+    /// On an error nothing changed.
+    async fn warm_start(&mut self, state: &OrgServing) -> Result<WarmStartCounts, ServeError> {
+        let until = first_decision_at(&self.pool, &self.org).await?;
+        let filter = ExportFilter {
+            org: Some(self.org.clone()),
+            until,
+            ..ExportFilter::default()
+        };
+        let rows = newest_rows(&self.pool, &filter, WARM_START_DECISIONS).await?;
+        let index = state.index.read().map_err(|_| poisoned())?.clone();
+        let clusters = state.clusters.read().map_err(|_| poisoned())?.clone();
+        let mut policy = self.policy.clone();
+        let (policy, counts) = tokio::task::spawn_blocking(move || {
+            let logged: Vec<LoggedDecision> = rows
+                .into_iter()
+                .map(LoggedDecision::of_export_row)
+                .collect();
+            let (observations, counts) =
+                super::warm_start::observations(&index, clusters.as_deref(), &logged);
+            if !observations.is_empty() {
+                policy
+                    .rebuild(&observations, current_epoch())
+                    .map_err(RecommendError::from)?;
+                policy.refresh_bank_seeded(rand::rng().random());
+            }
+            Ok::<_, ServeError>((policy, counts))
+        })
+        .await
+        .map_err(|err| ServeError::Storage(StorageError::Task(err)))??;
+        self.policy = policy;
+        self.ledger.warm_start = Some(counts);
+        Ok(counts)
     }
 
     /// Stores a snapshot of the policy and ledger (the most advanced replica's wins). The
@@ -850,13 +916,41 @@ impl Learner {
     }
 }
 
+/// The start of the current decay epoch (Unix seconds).
+fn current_epoch() -> f64 {
+    (timestamp_s(Utc::now()) / DECAY_EPOCH_S).floor() * DECAY_EPOCH_S
+}
+
 /// Applies observations in batches and publishes policies until the organization is dropped;
-/// stores a snapshot when one is due or asked for.
+/// stores a snapshot when one is due or asked for. With `warm_start_due`, first runs the warm
+/// start ([`Learner::warm_start`]); feedback sent meanwhile waits in the channel.
 async fn learn_loop(
     mut learner: Learner,
+    warm_start_due: bool,
     mut receiver: mpsc::UnboundedReceiver<ToLearner>,
     state: std::sync::Weak<OrgServing>,
 ) {
+    if warm_start_due && let Some(state) = state.upgrade() {
+        match learner.warm_start(&state).await {
+            Ok(counts) => {
+                if let Ok(mut slot) = state.policy.write() {
+                    *slot = Arc::new(learner.policy.clone());
+                }
+                let _ = state.warm_start.set(counts);
+                tracing::info!(
+                    org = %learner.org,
+                    logged = counts.logged,
+                    matched = counts.matched,
+                    lever_matched = counts.lever_matched,
+                    "warm start: learned the platform's logged decisions"
+                );
+            }
+            // The policy serves from the prior: slower to learn, still correct.
+            Err(err) => {
+                tracing::warn!(org = %learner.org, error = %telemetry::error_chain(&err), "warm start failed; learning from feedback alone");
+            }
+        }
+    }
     let mut snapshotted = (learner.ledger.lessons, std::time::Instant::now());
     let mut behind = false;
     while let Some(first) = receiver.recv().await {

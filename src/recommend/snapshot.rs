@@ -12,6 +12,10 @@
 //! `overlap` is the feedback poll's re-read window (a row commits at most that long after its
 //! `received_at`, the poll's own assumption), plus the rows listed in `recent`. A restart
 //! replays rows received after `learned_through − overlap` and skips those in `recent`.
+//!
+//! A new organization's policy first learns the platform's logged decisions (the warm start,
+//! `recommend::warm_start`); the ledger counts them apart from lessons, since they are no
+//! feedback rows.
 
 use std::collections::HashMap;
 
@@ -21,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::engine::{CandidateEvidence, record_evidence};
+use super::warm_start::WarmStartCounts;
 
 /// The snapshot format this code writes and reads (`bandit_state.state_version`).
 pub const SNAPSHOT_FORMAT: i32 = 1;
@@ -60,6 +65,11 @@ pub struct Ledger {
     pub recent: Vec<LearnedRow>,
     /// Lessons learned, in all.
     pub lessons: u64,
+    /// What the policy learned from the platform's logged decisions before its first lesson
+    /// (`recommend::warm_start`; `None`: no warm start ran). Its observations are the policy's
+    /// too: the policy holds `lessons` + `warm_start.matched`.
+    #[serde(default)]
+    pub warm_start: Option<WarmStartCounts>,
 }
 
 impl Ledger {
@@ -118,8 +128,14 @@ pub enum SnapshotError {
     Syntax(#[from] serde_json::Error),
     #[error("snapshot policy: {0}")]
     Policy(#[from] bandit::BanditError),
-    #[error("snapshot counts {lessons} lessons but its policy {observations} observations")]
-    Inconsistent { lessons: u64, observations: u64 },
+    #[error(
+        "snapshot counts {lessons} lessons and {warm} logged decisions but its policy {observations} observations"
+    )]
+    Inconsistent {
+        lessons: u64,
+        warm: u64,
+        observations: u64,
+    },
 }
 
 impl OrgSnapshot {
@@ -140,9 +156,11 @@ impl OrgSnapshot {
         }
         let snapshot: Self = serde_json::from_str(json)?;
         let policy = ThompsonPolicy::from_state(&snapshot.policy)?;
-        if policy.observations() != snapshot.ledger.lessons {
+        let warm = snapshot.ledger.warm_start.map_or(0, |w| w.matched);
+        if policy.observations() != snapshot.ledger.lessons.saturating_add(warm) {
             return Err(SnapshotError::Inconsistent {
                 lessons: snapshot.ledger.lessons,
+                warm,
                 observations: policy.observations(),
             });
         }
@@ -209,6 +227,7 @@ mod tests {
             OrgSnapshot::restore(SNAPSHOT_FORMAT, &json),
             Err(SnapshotError::Inconsistent {
                 lessons: 1,
+                warm: 0,
                 observations: 0
             })
         ));

@@ -1,24 +1,147 @@
 //! The platform's logged decisions matched to the candidates arc-rec generates, so a policy can
 //! learn the log before it serves: each logged context goes through the candidate generator as
 //! a request would, and the logged diff is matched to a generated candidate leading to the same
-//! configuration, or pulling the same lever by another amount. `bench bandit`'s warm start
-//! (`benchmark::warm_start`) is built on it; pure, no IO.
+//! configuration, or pulling the same lever by another amount. Serving's warm start of a new
+//! organization ([`observations`]) and `bench bandit`'s (`benchmark::warm_start`) are built on
+//! it; pure, no IO.
 
+use bandit::Observation;
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::engine::{Prepared, RecommendInput, candidate_vector_for, prepare};
+use super::engine::{Prepared, RecommendInput, candidate_vector_for, prepare, timestamp_s};
+use super::placement::place;
 use crate::candidates::CandidateIndex;
+use crate::clustering::ClusterModel;
 use crate::domain::apply_merge_patch;
+use crate::export::example::FailureGroup;
+use crate::storage::export_rows::ExportRow;
 
 /// A decision from the platform's log: what was known when it was made, the diff people were
 /// shown and their answer.
 #[derive(Debug, Clone)]
 pub struct LoggedDecision {
     pub org: String,
+    /// The logged diff's id (unique in its organization).
+    pub id: String,
+    /// When the diff was proposed.
+    pub created_at: DateTime<Utc>,
     /// The failures, configuration and user segment, as a request would send them.
     pub input: RecommendInput,
     pub diff: Value,
     pub approved: bool,
+}
+
+impl LoggedDecision {
+    /// The decision an export row records: the before-version's top failure groups (each as
+    /// the failures a request would report, naming the failing tool its example message names),
+    /// its configuration and the owner's role and domain; never what happened after
+    /// (`impact_prediction`, the after-version's runs).
+    pub fn of_export_row(row: ExportRow) -> Self {
+        let groups: Vec<FailureGroup> = row
+            .failures
+            .and_then(|f| serde_json::from_value(f).ok())
+            .unwrap_or_default();
+        // The export counts failed calls per tool apart from the failure groups; a request
+        // names the tool of each failure, and tool-level candidates (a tool's own timeout) are
+        // generated only for a named tool.
+        let mut failing_tools: Vec<(String, i64)> = row
+            .failing_tools
+            .as_ref()
+            .and_then(Value::as_object)
+            .map(|tools| {
+                tools
+                    .iter()
+                    .map(|(name, n)| (name.clone(), n.as_i64().unwrap_or(0)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        failing_tools.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let failures = groups
+            .iter()
+            .flat_map(|group| {
+                let tool = failing_tools
+                    .iter()
+                    .find(|(name, _)| !name.is_empty() && group.example.contains(name.as_str()))
+                    .map(|(name, _)| name.clone());
+                group.observations().map(move |mut failure| {
+                    failure.tool_name.clone_from(&tool);
+                    failure
+                })
+            })
+            .collect();
+        Self {
+            org: row.org_id,
+            id: row.diff_id,
+            created_at: row.created_at,
+            input: RecommendInput {
+                failures,
+                current_config: row.config_before,
+                user_role: row.user_role,
+                domain: row.domain,
+                k: 1,
+                ..RecommendInput::default()
+            },
+            diff: row.diff,
+            approved: row.approval_status == "approved",
+        }
+    }
+}
+
+/// What a warm start learned from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WarmStartCounts {
+    /// Logged decisions read.
+    pub logged: u64,
+    /// Of those, matched to a generated candidate (each one observation).
+    pub matched: u64,
+    /// Of the matched, those matched by lever (another amount of the same change).
+    pub lever_matched: u64,
+}
+
+/// Serving's warm start of an organization: the observations its policy learns from the
+/// platform's `logged` decisions before its own first answer, each placed in the organization's
+/// failure clusters (`clusters`) as a request's failures would be, matched to a candidate of
+/// `index` ([`match_decision`]) and stamped at its `created_at`, so the policy's own decay
+/// weighs the log by its age as it weighs serving's answers. Ids are `log:{diff id}`; a
+/// decision that cannot be placed is matched unplaced, as a request without failures would be.
+pub fn observations(
+    index: &CandidateIndex,
+    clusters: Option<&ClusterModel>,
+    logged: &[LoggedDecision],
+) -> (Vec<Observation>, WarmStartCounts) {
+    let mut counts = WarmStartCounts {
+        logged: logged.len() as u64,
+        ..WarmStartCounts::default()
+    };
+    let mut out = Vec::new();
+    for decision in logged {
+        let mut decision = decision.clone();
+        let placement = clusters
+            .and_then(|model| place(model, None, &decision.input.failures).ok())
+            .flatten();
+        if let Some(placement) = placement {
+            decision.input.cluster_key = Some(placement.label);
+            decision.input.reduced_embedding = Some(placement.reduced);
+        }
+        let Some(matched) = match_decision(index, &decision) else {
+            continue;
+        };
+        counts.matched += 1;
+        counts.lever_matched += u64::from(matched.by_lever);
+        let (context, candidates) = (matched.prepared.context, matched.prepared.candidates);
+        let Some((_, features)) = candidates.into_iter().nth(matched.position) else {
+            continue;
+        };
+        out.push(Observation::binary(
+            format!("log:{}", decision.id),
+            timestamp_s(decision.created_at),
+            context,
+            features,
+            decision.approved,
+        ));
+    }
+    (out, counts)
 }
 
 /// A logged decision matched to a generated candidate.
@@ -149,5 +272,54 @@ mod tests {
             ["/tools:changed".to_owned()].into()
         );
         assert!(lever(json!({"temperature": 0.7})).is_empty());
+    }
+
+    #[test]
+    fn an_export_row_is_the_context_a_request_would_have_sent() {
+        let row = ExportRow {
+            org_id: "acme".into(),
+            diff_id: "d9".into(),
+            config_id: "c1".into(),
+            created_at: DateTime::UNIX_EPOCH,
+            approval_status: "rejected".into(),
+            recommendation_type: None,
+            diff: json!({"timeout_s": 60}),
+            change_summary: String::new(),
+            llm_generated: false,
+            version_before: "v1".into(),
+            version_after: None,
+            config_before: json!({"timeout_s": 30}),
+            user_role: Some("product_manager".into()),
+            domain: None,
+            before_runs: 3,
+            before_failed: 3,
+            before_reliability: None,
+            before_cost: None,
+            after_runs: 0,
+            after_reliability: None,
+            after_cost: None,
+            after_tool_timeouts: None,
+            after_tool_calls_ok: None,
+            failures: Some(json!([
+                {"failure_category": "timeout", "failure_type": "tool_error", "count": 2,
+                 "example": "web_search timed out after 5000 ms"},
+                {"failure_category": "format", "failure_type": "output", "count": 1,
+                 "example": "expected JSON"}
+            ])),
+            failing_tools: Some(json!({"calculator": 1, "web_search": 2})),
+            cluster: None,
+        };
+        let decision = LoggedDecision::of_export_row(row);
+        assert_eq!((decision.id.as_str(), decision.approved), ("d9", false));
+        let tools: Vec<Option<&str>> = decision
+            .input
+            .failures
+            .iter()
+            .map(|f| f.tool_name.as_deref())
+            .collect();
+        // The tool its message names; none for a message naming no failing tool.
+        assert_eq!(tools, [Some("web_search"), Some("web_search"), None]);
+        assert_eq!(decision.input.user_role.as_deref(), Some("product_manager"));
+        assert_eq!(decision.input.current_config, json!({"timeout_s": 30}));
     }
 }

@@ -451,3 +451,15 @@ fn bytea_hex<S: serde::Serializer>(bytes: &&[u8], serializer: S) -> Result<S::Ok
     hex::encode_to_slice(bytes, &mut text[2..]).map_err(serde::ser::Error::custom)?;
     serializer.serialize_str(std::str::from_utf8(&text).map_err(serde::ser::Error::custom)?)
 }
+
+/// When the organization's first decision was logged (`None`: it has none yet).
+pub async fn first_decision_at(
+    pool: &PgPool,
+    org: &str,
+) -> Result<Option<DateTime<Utc>>, StorageError> {
+    sqlx::query_scalar("SELECT min(created_at) FROM decision_log WHERE org_id = $1")
+        .bind(org)
+        .fetch_one(pool)
+        .await
+        .context("find the first decision")
+}

@@ -204,3 +204,23 @@ where
     tx.rollback().await.context("close export transaction")?;
     Ok(total)
 }
+
+/// The newest `limit` rows `filter` selects, oldest first (what a policy's warm start learns:
+/// `recommend::warm_start`). One query on the pool: `limit` bounds the memory.
+pub async fn newest_rows(
+    pool: &sqlx::PgPool,
+    filter: &ExportFilter,
+    limit: usize,
+) -> Result<Vec<ExportRow>, StorageError> {
+    let sql = format!(
+        "SELECT * FROM ({}) newest ORDER BY created_at DESC, diff_id DESC LIMIT {}",
+        export_sql(filter).trim().trim_end_matches(';'),
+        limit
+    );
+    let mut rows: Vec<ExportRow> = sqlx::query_as(&sql)
+        .fetch_all(pool)
+        .await
+        .context("read the newest export rows")?;
+    rows.reverse();
+    Ok(rows)
+}

@@ -17,17 +17,24 @@ use crate::helpers::{
 /// their clusters and their candidates are stored for any cluster: both paths are exercised.
 const CLUSTERED_ORG: &str = "acme";
 
-/// Waits until `org`'s policy in `app` has learned `n` observations; returns its posterior mean.
+/// Waits until `org`'s policy in `app` has done its warm start and learned `n` answers besides;
+/// returns its posterior mean.
 async fn wait_for_observations(app: &TestApp, org: &str, n: u64) -> Vec<f64> {
-    for _ in 0..100 {
-        if let Some(policy) = app.serving.policy(org).filter(|p| p.observations() == n) {
+    for _ in 0..300 {
+        if let Some(warm) = app.serving.warm_start(org)
+            && let Some(policy) = app
+                .serving
+                .policy(org)
+                .filter(|p| p.observations() == n + warm.matched)
+        {
             return policy.mean().to_vec();
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!(
-        "{org}'s policy did not reach {n} observations; has {:?}",
-        app.serving.policy(org).map(|p| p.observations())
+        "{org}'s policy did not reach {n} answers; has {:?} observations, warm start {:?}",
+        app.serving.policy(org).map(|p| p.observations()),
+        app.serving.warm_start(org)
     );
 }
 
@@ -202,6 +209,7 @@ async fn model_candidates_are_served_marked_as_the_models_and_feedback_on_them_i
     );
 
     // Feedback on it is stored and learned, as feedback on a heuristic candidate is.
+    let warmed = wait_for_observations(&app, &org, 0).await;
     let feedback = |recommendation: &Value, outcome: &str| {
         json!({"event_id": body["event_id"], "recommendation_id": recommendation["recommendation_id"],
                "outcome": outcome})
@@ -218,7 +226,10 @@ async fn model_candidates_are_served_marked_as_the_models_and_feedback_on_them_i
     );
     let learned = wait_for_observations(&app, &org, 1).await;
     assert!(
-        learned.iter().any(|m| m.abs() > 1e-6),
+        learned
+            .iter()
+            .zip(&warmed)
+            .any(|(a, b)| (a - b).abs() > 1e-6),
         "the posterior moved after feedback on the model's candidate"
     );
     let heuristic = body["recommendations"]

@@ -283,20 +283,26 @@ fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// Waits until `serving`'s policy for acme has learned `n` observations.
+/// Waits until `serving`'s policy for acme has done its warm start and learned `n` answers
+/// besides.
 async fn wait_for_observations(
     serving: &Serving,
     n: u64,
 ) -> std::sync::Arc<bandit::ThompsonPolicy> {
     for _ in 0..100 {
-        if let Some(policy) = serving.policy("acme").filter(|p| p.observations() == n) {
+        if let Some(warm) = serving.warm_start("acme")
+            && let Some(policy) = serving
+                .policy("acme")
+                .filter(|p| p.observations() == n + warm.matched)
+        {
             return policy;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!(
-        "policy did not reach {n} observations; has {:?}",
-        serving.policy("acme").map(|p| p.observations())
+        "policy did not reach {n} answers; has {:?} observations, warm start {:?}",
+        serving.policy("acme").map(|p| p.observations()),
+        serving.warm_start("acme")
     );
 }
 
@@ -324,6 +330,113 @@ async fn replicas_agree_and_state_survives_a_restart() {
         here.mean().iter().any(|m| m.abs() > 1e-6),
         "the policy learned something"
     );
+}
+
+/// Posts the contract request for the configuration as stored (version v1), asking for every
+/// candidate (k = 20), and returns their diffs in the order shown.
+async fn shown_diffs(app: &TestApp) -> Vec<Value> {
+    let mut request = contract_request();
+    request["k"] = json!(20);
+    request["current_config"] = json!({"model": "openai/gpt-4.1", "temperature": 0.7,
+        "tools": [{"name": "web_search"}, {"name": "calculator"}], "retry": {"max_attempts": 1},
+        "timeout_s": 30, "system_prompt": "You are..."});
+    let body: Value = app
+        .post("/v1/recommendations", Some(&app.platform_key), &request)
+        .await
+        .json()
+        .await
+        .unwrap();
+    body["recommendations"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{body}"))
+        .iter()
+        .map(|r| r["diff"].clone())
+        .collect()
+}
+
+/// A new organization's policy first learns the platform's logged decisions: a log that
+/// approved, in the contract's context (on the stored configuration), the temperature change
+/// and rejected every other candidate puts that change on top from the first request on (a prior alone shows it first about
+/// once in as many requests as there are candidates); a replica's warm start reaches the same
+/// posterior; the warm start is counted apart from answers.
+#[tokio::test]
+async fn a_new_organization_starts_from_the_platform_s_logged_decisions() {
+    // The contract context's candidates, from a twin database whose organization has served.
+    let twin = with_contract_data().await;
+    let candidates = shown_diffs(&twin).await;
+    assert!(candidates.len() >= 3, "{candidates:?}");
+    let favourite = candidates
+        .iter()
+        .find(|diff| diff.get("temperature").is_some())
+        .expect("a temperature change among the candidates")
+        .clone();
+
+    let app = with_contract_data().await;
+    let decided_at = chrono::Utc::now() - chrono::TimeDelta::hours(1);
+    // The configuration's owner, in the contract request's segment.
+    let mut records = vec![
+        json!({"kind": "user", "org": "acme", "data": {"user_id": "u7",
+        "user_role": "senior_ml_engineer", "domain": "fintech"}}),
+    ];
+    for round in 0..30 {
+        for (i, diff) in candidates.iter().enumerate() {
+            records.push(json!({"kind": "config_diff", "org": "acme", "data": {
+                "diff_id": format!("log-{round}-{i}"), "config_id": "c1",
+                "version_before": "v1", "version_after": "v2",
+                "change_summary": "logged by the platform's own recommender", "diff": diff,
+                "llm_generated": false,
+                "approval_status": if *diff == favourite { "approved" } else { "rejected" },
+                "approved_by": "u7",
+                "created_at": (decided_at + chrono::TimeDelta::seconds(round)).to_rfc3339()}}));
+        }
+    }
+    assert_eq!(
+        app.post(
+            "/v1/trajectories",
+            Some(&app.platform_key),
+            &Value::Array(records)
+        )
+        .await
+        .status(),
+        201
+    );
+    // The first request installs the organization; its learner warm-starts meanwhile.
+    let first = recommend_contract(&app).await;
+    assert!(first["recommendations"].is_array(), "{first}");
+
+    let warmed = wait_for_observations(&app.serving, 0).await;
+    let warm = app.serving.warm_start("acme").unwrap();
+    assert_eq!(warm.logged, 1 + 30 * candidates.len() as u64, "{warm:?}");
+    assert!(warm.matched >= 30 * candidates.len() as u64, "{warm:?}");
+    let mut on_top = 0;
+    for _ in 0..20 {
+        if shown_diffs(&app).await.first() == Some(&favourite) {
+            on_top += 1;
+        }
+    }
+    assert!(
+        on_top >= 16,
+        "the logged favourite led {on_top} of 20 rankings"
+    );
+
+    // A replica starting now, which meets the organization through an answer it polls, reaches
+    // the same posterior from the same log and the answer.
+    let replica = Serving::start(app.db.pool().clone()).await.unwrap();
+    let feedback = json!({"event_id": first["event_id"],
+        "recommendation_id": first["recommendations"][0]["recommendation_id"],
+        "outcome": "rejected"});
+    assert_eq!(
+        app.post("/v1/feedback", Some(&app.platform_key), &feedback)
+            .await
+            .status(),
+        201
+    );
+    let here = wait_for_observations(&app.serving, 1).await;
+    let there = wait_for_observations(&replica, 1).await;
+    assert_eq!(replica.warm_start("acme"), Some(warm));
+    assert_eq!(there.observations(), warmed.observations() + 1);
+    let diff = max_abs_diff(here.mean(), there.mean());
+    assert!(diff < 1e-9, "replicas disagree by {diff}");
 }
 
 /// A server starting from the learners' snapshots replays only the feedback past them and ranks
@@ -534,12 +647,12 @@ async fn learned_answers_are_remembered_only_for_the_poll_window() {
             .status(),
         201
     );
-    wait_for_observations(&app.serving, 3).await;
+    let learned = wait_for_observations(&app.serving, 3).await.observations();
     // A few more polls: nothing learned twice, the old answers forgotten.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(
         app.serving.policy("acme").map(|p| p.observations()),
-        Some(3)
+        Some(learned)
     );
     assert_eq!(app.serving.remembered_answers(), 1);
 }
