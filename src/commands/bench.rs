@@ -82,10 +82,9 @@ pub struct BenchBanditArgs {
     /// recorded no propensities, so none are used.
     #[arg(long, default_value_t = 1.0)]
     pub warm_start_weight: f64,
-    /// Whether the warm start weighs each logged decision by its age as serving does (its
-    /// time before the log's newest, under the policy's half-life); `false` counts every
-    /// logged decision alike.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// Also weigh each logged decision by its age: its time before the log's newest, under the
+    /// policy's half-life (an ablation; serving, like the default, counts the log alike).
+    #[arg(long)]
     pub warm_start_by_age: bool,
     /// Also run "full information (linear)", a diagnostic no policy can be: arc-rec's linear
     /// model learning every round the true acceptance probability of every candidate, showing
@@ -373,12 +372,17 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
             args.warm_start_by_age,
         );
         eprintln!(
-            "warm start: {} of {} logged decisions matched to a generated candidate ({:.1} %; {} of them pulling the same lever by another amount), each weighted {}",
+            "warm start: {} of {} logged decisions matched to a generated candidate ({:.1} %; {} of them pulling the same lever by another amount), each weighted {}{}",
             warm.matched,
             warm.logged,
             100.0 * warm.matched as f64 / warm.logged.max(1) as f64,
             warm.lever_matched,
-            args.warm_start_weight
+            args.warm_start_weight,
+            if args.warm_start_by_age {
+                " and by its age"
+            } else {
+                ""
+            }
         );
         Some(warm)
     } else {

@@ -81,8 +81,8 @@ pub struct WarmDecision {
     pub context: Vec<f64>,
     pub candidate: Vec<f64>,
     pub approved: bool,
-    /// How long before the log's newest decision it was made (0 when ages are not counted):
-    /// serving stamps each logged decision at its time, so its decay weighs the log by age.
+    /// How long before the log's newest decision it was made (0 when ages are not counted, as
+    /// in serving, which counts the log alike).
     pub age_s: f64,
 }
 
@@ -102,8 +102,8 @@ pub struct PeerWarm {
 /// same lever (see `lever_of`: the logged diff is then featurized in that candidate's place, with
 /// its type and statistics); the others are left out (their candidate features — type, expected
 /// gain, evidence — are undefined). `weight` is [`WarmStart::weight`]; with `by_age`, each
-/// decision is also as old as it is against the log's newest ([`WarmDecision::age_s`]: what
-/// serving does, `recommend::warm_start::observations`).
+/// decision is also as old as it is against the log's newest ([`WarmDecision::age_s`]; serving,
+/// `recommend::warm_start::observations`, counts the log alike).
 pub fn warm_start(
     indexes: &HashMap<String, CandidateIndex>,
     logged: &[LoggedDecision],

@@ -11,8 +11,8 @@
 //! A new organization (no snapshot of this policy version) first learns the platform's own
 //! logged decisions (`recommend::warm_start`): its learner reads the newest
 //! [`WARM_START_DECISIONS`] decided config diffs made before the organization's first decision
-//! here, and rebuilds its policy from those matched to a candidate, each stamped at its time,
-//! before it learns any feedback. Requests rank with the prior meanwhile.
+//! here, and rebuilds its policy from those matched to a candidate (stamped at the newest one's
+//! time) before it learns any feedback. Requests rank with the prior meanwhile.
 //!
 //! Start-up at scale: each learner stores what it has learned in `bandit_state`
 //! (`recommend::snapshot`) every [`SNAPSHOT_EVERY_LESSONS`] lessons or [`SNAPSHOT_INTERVAL`],
@@ -931,6 +931,7 @@ async fn learn_loop(
     state: std::sync::Weak<OrgServing>,
 ) {
     if warm_start_due && let Some(state) = state.upgrade() {
+        let started = std::time::Instant::now();
         match learner.warm_start(&state).await {
             Ok(counts) => {
                 if let Ok(mut slot) = state.policy.write() {
@@ -942,6 +943,7 @@ async fn learn_loop(
                     logged = counts.logged,
                     matched = counts.matched,
                     lever_matched = counts.lever_matched,
+                    seconds = started.elapsed().as_secs_f64(),
                     "warm start: learned the platform's logged decisions"
                 );
             }
