@@ -373,10 +373,10 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
         );
         eprintln!(
             "warm start: {} of {} logged decisions matched to a generated candidate ({:.1} %; {} of them pulling the same lever by another amount), each weighted {}{}",
-            warm.matched,
-            warm.logged,
-            100.0 * warm.matched as f64 / warm.logged.max(1) as f64,
-            warm.lever_matched,
+            warm.counts.matched,
+            warm.counts.logged,
+            100.0 * warm.counts.matched as f64 / warm.counts.logged.max(1) as f64,
+            warm.counts.lever_matched,
             args.warm_start_weight,
             if args.warm_start_by_age {
                 " and by its age"

@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use super::engine::{RecommendError, RecommendInput, no_evidence, prepare, rank};
 use super::features::layout;
-use super::warm_start::{LoggedDecision, match_decision};
+use super::warm_start::{LoggedDecision, WarmStartCounts, match_decision};
 use crate::candidates::{CandidateIndex, FailureObservation};
 use crate::world::{Context, Environment};
 
@@ -65,13 +65,10 @@ pub struct WarmStart {
     pub decisions: Vec<WarmDecision>,
     /// For the peers: the same decisions, each with the list it was regenerated in.
     pub peers: Vec<PeerWarm>,
-    /// Logged decisions read, and those matched to a regenerated candidate.
-    pub logged: usize,
-    pub matched: usize,
-    /// Of the matched, those whose generated candidate pulls the same lever (the same values
-    /// changed, numbers in the same direction) by another amount rather than to the same
-    /// configuration.
-    pub lever_matched: usize,
+    /// Whether each decision is also weighed by its age ([`WarmDecision::age_s`]).
+    pub by_age: bool,
+    /// Logged decisions read, matched, and matched by lever, as serving counts them.
+    pub counts: WarmStartCounts,
 }
 
 /// One matched decision as arc-rec's policies learn it.
@@ -112,7 +109,11 @@ pub fn warm_start(
 ) -> WarmStart {
     let mut warm = WarmStart {
         weight,
-        logged: logged.len(),
+        by_age,
+        counts: WarmStartCounts {
+            logged: logged.len() as u64,
+            ..WarmStartCounts::default()
+        },
         ..WarmStart::default()
     };
     let newest = logged.iter().map(|d| d.created_at).max();
@@ -124,10 +125,8 @@ pub fn warm_start(
             continue;
         };
         let (prepared, position) = (matched.prepared, matched.position);
-        if matched.by_lever {
-            warm.lever_matched += 1;
-        }
-        warm.matched += 1;
+        warm.counts.lever_matched += u64::from(matched.by_lever);
+        warm.counts.matched += 1;
         warm.decisions.push(WarmDecision {
             context: prepared.context.clone(),
             candidate: prepared.candidates[position].1.clone(),
@@ -301,13 +300,13 @@ pub struct BanditBenchReport {
     pub warm_start: Option<WarmStartSummary>,
 }
 
-/// A warm start's size, as reported.
+/// A warm start as reported: how it weighed the log, and its counts.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct WarmStartSummary {
     pub weight: f64,
-    pub logged: usize,
-    pub matched: usize,
-    pub lever_matched: usize,
+    pub by_age: bool,
+    #[serde(flatten)]
+    pub counts: WarmStartCounts,
 }
 
 enum Strategy {
@@ -624,9 +623,8 @@ pub fn run(
         peer_list_mismatches,
         warm_start: config.warm_start.as_ref().map(|w| WarmStartSummary {
             weight: w.weight,
-            logged: w.logged,
-            matched: w.matched,
-            lever_matched: w.lever_matched,
+            by_age: w.by_age,
+            counts: w.counts,
         }),
     })
 }
@@ -972,11 +970,15 @@ mod tests {
         logged.push(nudged);
         let warm = warm_start(&indexes, &logged, 1.0, false);
         assert_eq!(
-            (warm.logged, warm.matched, warm.lever_matched),
+            (
+                warm.counts.logged as usize,
+                warm.counts.matched as usize,
+                warm.counts.lever_matched
+            ),
             (logged.len(), logged.len() - 1, 1)
         );
         let exact = &warm.decisions[temperature].candidate;
-        let other = &warm.decisions[warm.matched - 1].candidate;
+        let other = &warm.decisions[warm.decisions.len() - 1].candidate;
         assert!(
             (other[17] - exact[17] - 0.01).abs() < 1e-9,
             "its own size of change"
@@ -1015,9 +1017,12 @@ mod tests {
             reported,
             Some(WarmStartSummary {
                 weight: 1.0,
-                logged: logged.len(),
-                matched: logged.len() - 1,
-                lever_matched: 1,
+                by_age: false,
+                counts: WarmStartCounts {
+                    logged: logged.len() as u64,
+                    matched: logged.len() as u64 - 1,
+                    lever_matched: 1,
+                },
             })
         );
         assert!(
@@ -1025,7 +1030,7 @@ mod tests {
             "warm {with}, cold {without}, oracle {oracle}"
         );
         // The peers got every matched decision, with its list, before the first round.
-        assert_eq!(recorder.warmed.len(), warm.matched);
+        assert_eq!(recorder.warmed.len(), warm.decisions.len());
         assert!(recorder.warmed.iter().all(|(_, sent)| *sent == 0));
         assert_eq!(recorder.warmed[0].0, recorder.lists[0]);
     }

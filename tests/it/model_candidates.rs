@@ -210,6 +210,9 @@ async fn model_candidates_are_served_marked_as_the_models_and_feedback_on_them_i
 
     // Feedback on it is stored and learned, as feedback on a heuristic candidate is.
     let warmed = wait_for_observations(&app, &org, 0).await;
+    // Before any answer, the policy learned the world's logged decisions (the warm start).
+    let warm = app.serving.warm_start(&org).unwrap();
+    assert!(warm.matched > 0 && warm.matched <= warm.logged, "{warm:?}");
     let feedback = |recommendation: &Value, outcome: &str| {
         json!({"event_id": body["event_id"], "recommendation_id": recommendation["recommendation_id"],
                "outcome": outcome})
