@@ -206,15 +206,39 @@ where
 }
 
 /// The newest `limit` rows `filter` selects, oldest first (what a policy's warm start learns:
-/// `recommend::warm_start`). One query on the pool: `limit` bounds the memory.
+/// `recommend::warm_start`). Two queries on the pool: the `limit`-th newest decided diff's time
+/// (an index scan), then the export of the diffs from then on, so the export's per-diff joins
+/// run for about `limit` diffs however long the history; `limit` bounds the memory.
 pub async fn newest_rows(
     pool: &sqlx::PgPool,
     filter: &ExportFilter,
     limit: usize,
 ) -> Result<Vec<ExportRow>, StorageError> {
+    let Some(offset) = limit.checked_sub(1) else {
+        return Ok(Vec::new());
+    };
+    let oldest: Option<DateTime<Utc>> = sqlx::query_scalar(
+        "SELECT created_at FROM config_diffs
+         WHERE ($1::text IS NULL OR org_id = $1)
+           AND approval_status IN ('approved', 'rejected')
+           AND ($2::timestamptz IS NULL OR created_at < $2)
+           AND ($3::timestamptz IS NULL OR created_at >= $3)
+         ORDER BY created_at DESC OFFSET $4 LIMIT 1",
+    )
+    .bind(&filter.org)
+    .bind(filter.until)
+    .bind(filter.since)
+    .bind(i64::try_from(offset).unwrap_or(i64::MAX))
+    .fetch_optional(pool)
+    .await
+    .context("find the oldest of the newest decided diffs")?;
+    let filter = ExportFilter {
+        since: filter.since.max(oldest),
+        ..filter.clone()
+    };
     let sql = format!(
         "SELECT * FROM ({}) newest ORDER BY created_at DESC, diff_id DESC LIMIT {}",
-        export_sql(filter).trim().trim_end_matches(';'),
+        export_sql(&filter).trim().trim_end_matches(';'),
         limit
     );
     let mut rows: Vec<ExportRow> = sqlx::query_as(&sql)

@@ -400,6 +400,22 @@ async fn a_new_organization_starts_from_the_platform_s_logged_decisions() {
         .status(),
         201
     );
+    // The newest decided diffs, oldest first: the last round's, ties broken by id.
+    let newest = arc_rec::storage::export_rows::newest_rows(
+        app.db.pool(),
+        &arc_rec::storage::export_rows::ExportFilter {
+            org: Some("acme".into()),
+            ..Default::default()
+        },
+        5,
+    )
+    .await
+    .unwrap();
+    let ids: Vec<&str> = newest.iter().map(|r| r.diff_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["log-29-1", "log-29-2", "log-29-3", "log-29-4", "log-29-5"]
+    );
     // The first request installs the organization; its learner warm-starts meanwhile.
     let first = recommend_contract(&app).await;
     assert!(first["recommendations"].is_array(), "{first}");
