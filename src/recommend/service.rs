@@ -410,7 +410,7 @@ impl Serving {
     }
 
     /// Loads an organization's state (unless another task did meanwhile) with its learner
-    /// starting from `restored` (a snapshot) or from the prior.
+    /// starting from `restored` (a snapshot) or else from the platform's log (its warm start).
     async fn install(
         &self,
         org: &str,
