@@ -281,6 +281,57 @@ mod tests {
     }
 
     #[test]
+    fn serving_s_warm_start_counts_the_log_alike_as_of_its_newest_decision() {
+        let index = CandidateIndex::empty("acme");
+        let input = RecommendInput {
+            current_config: json!({"model": "openai/gpt-4.1", "temperature": 0.7,
+                "retry": {"max_attempts": 1}, "timeout_s": 30}),
+            failures: vec![crate::candidates::FailureObservation {
+                failure_category: Some("timeout".into()),
+                error_message: Some("the model call timed out after 30 s".into()),
+                tool_name: None,
+                error_code: None,
+            }],
+            k: 1,
+            ..RecommendInput::default()
+        };
+        let generated = prepare(&index, &input).candidates;
+        assert!(generated.len() >= 2);
+        let at = |hours| DateTime::UNIX_EPOCH + chrono::TimeDelta::hours(hours);
+        let decision = |id: &str, hours, diff: &Value, approved| LoggedDecision {
+            org: "acme".into(),
+            id: id.into(),
+            created_at: at(hours),
+            input: input.clone(),
+            diff: diff.clone(),
+            approved,
+        };
+        let logged = [
+            decision("d1", 1, &generated[0].0.diff, true),
+            decision("d2", 900, &generated[1].0.diff, false),
+            // No candidate pulls this lever: read, not learned.
+            decision("d3", 5, &json!({"system_prompt": "Be brief."}), true),
+        ];
+        let (learned, counts) = observations(&index, None, &logged);
+        assert_eq!(
+            counts,
+            WarmStartCounts {
+                logged: 3,
+                matched: 2,
+                lever_matched: 0
+            }
+        );
+        let stamps: Vec<(&str, f64, f64)> = learned
+            .iter()
+            .map(|o| (o.id.as_str(), o.timestamp_s, o.reward))
+            .collect();
+        let newest = timestamp_s(at(900));
+        assert_eq!(stamps, [("log:d1", newest, 1.0), ("log:d2", newest, 0.0)]);
+        assert_eq!(learned[0].candidate, generated[0].1);
+        assert_eq!(observations(&index, None, &[]).1.logged, 0);
+    }
+
+    #[test]
     fn an_export_row_is_the_context_a_request_would_have_sent() {
         let row = ExportRow {
             org_id: "acme".into(),
