@@ -404,3 +404,29 @@ pub fn contract_request() -> serde_json::Value {
       "max_cost_increase_usd_per_run": 0.05
     })
 }
+
+/// Waits (up to `timeout`) until `serving`'s policy for `org` has done its warm start and learned
+/// `n` answers besides; returns it.
+pub async fn wait_for_answers(
+    serving: &arc_rec::recommend::service::Serving,
+    org: &str,
+    n: u64,
+    timeout: std::time::Duration,
+) -> std::sync::Arc<bandit::ThompsonPolicy> {
+    let step = std::time::Duration::from_millis(100);
+    for _ in 0..timeout.as_millis() / step.as_millis() {
+        if let Some(warm) = serving.warm_start(org)
+            && let Some(policy) = serving
+                .policy(org)
+                .filter(|p| p.observations() == n + warm.matched)
+        {
+            return policy;
+        }
+        tokio::time::sleep(step).await;
+    }
+    panic!(
+        "{org}'s policy did not reach {n} answers; has {:?} observations, warm start {:?}",
+        serving.policy(org).map(|p| p.observations()),
+        serving.warm_start(org)
+    );
+}

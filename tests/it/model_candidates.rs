@@ -11,7 +11,8 @@ use arc_rec::rft::model_candidates::serving_contexts;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Limits, TestApp, arc_rec, fresh_database, run, spawn_app_on, training_world, world_grader_args,
+    Limits, TestApp, arc_rec, fresh_database, run, spawn_app_on, training_world, wait_for_answers,
+    world_grader_args,
 };
 /// Only this organization is clustered, so the others' contexts keep failure categories as
 /// their clusters and their candidates are stored for any cluster: both paths are exercised.
@@ -20,22 +21,10 @@ const CLUSTERED_ORG: &str = "acme";
 /// Waits until `org`'s policy in `app` has done its warm start and learned `n` answers besides;
 /// returns its posterior mean.
 async fn wait_for_observations(app: &TestApp, org: &str, n: u64) -> Vec<f64> {
-    for _ in 0..300 {
-        if let Some(warm) = app.serving.warm_start(org)
-            && let Some(policy) = app
-                .serving
-                .policy(org)
-                .filter(|p| p.observations() == n + warm.matched)
-        {
-            return policy.mean().to_vec();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "{org}'s policy did not reach {n} answers; has {:?} observations, warm start {:?}",
-        app.serving.policy(org).map(|p| p.observations()),
-        app.serving.warm_start(org)
-    );
+    wait_for_answers(&app.serving, org, n, Duration::from_secs(30))
+        .await
+        .mean()
+        .to_vec()
 }
 
 fn train(db_url: &str, dir: &Path, out: &Path) -> String {

@@ -6,7 +6,9 @@ use std::time::Duration;
 use arc_rec::recommend::service::Serving;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, arc_rec, contract_lines, contract_request, spawn_app};
+use crate::helpers::{
+    TestApp, arc_rec, contract_lines, contract_request, spawn_app, wait_for_answers,
+};
 
 /// Posts the contract request with the platform key and returns the response body.
 pub(crate) async fn recommend_contract(app: &TestApp) -> Value {
@@ -289,21 +291,7 @@ async fn wait_for_observations(
     serving: &Serving,
     n: u64,
 ) -> std::sync::Arc<bandit::ThompsonPolicy> {
-    for _ in 0..100 {
-        if let Some(warm) = serving.warm_start("acme")
-            && let Some(policy) = serving
-                .policy("acme")
-                .filter(|p| p.observations() == n + warm.matched)
-        {
-            return policy;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "policy did not reach {n} answers; has {:?} observations, warm start {:?}",
-        serving.policy("acme").map(|p| p.observations()),
-        serving.warm_start("acme")
-    );
+    wait_for_answers(serving, "acme", n, Duration::from_secs(10)).await
 }
 
 #[tokio::test]
