@@ -217,6 +217,8 @@ pub async fn newest_rows(
     let Some(offset) = limit.checked_sub(1) else {
         return Ok(Vec::new());
     };
+    // The same filter on config_diffs as EXPORT_SQL's WHERE (change both together), less the
+    // cluster, which only narrows the rows further.
     let oldest: Option<DateTime<Utc>> = sqlx::query_scalar(
         "SELECT created_at FROM config_diffs
          WHERE ($1::text IS NULL OR org_id = $1)
