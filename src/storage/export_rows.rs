@@ -218,7 +218,7 @@ pub async fn newest_rows(
         return Ok(Vec::new());
     };
     // The same filter on config_diffs as EXPORT_SQL's WHERE (change both together), less the
-    // cluster, which only narrows the rows further.
+    // cluster: with a cluster filter, fewer than `limit` rows may come back (serving sets none).
     let oldest: Option<DateTime<Utc>> = sqlx::query_scalar(
         "SELECT created_at FROM config_diffs
          WHERE ($1::text IS NULL OR org_id = $1)
