@@ -2,7 +2,9 @@
 //! candidates alone and with each model's candidates beside them (`recommend::pipeline_bench`),
 //! against random order of the heuristic candidates and the menu oracles. The database holds the
 //! world's history (`arc-rec simulate` with the same seed and outcomes, clustered or not); each
-//! arm's model candidates come from a file `arc-rec candidates --out` wrote.
+//! arm's model candidates come from a file `arc-rec candidates --out` wrote. Every bandit arm
+//! first learns the database's logged decisions, as serving's warm start of a new organization
+//! reads them (`--no-warm-start` for the figures without).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -15,10 +17,13 @@ use crate::candidates::CandidateIndex;
 use crate::clustering::ClusterModel;
 use crate::plot::{Panel, Series, write_png};
 use crate::recommend::pipeline_bench::{
-    ArmKind, ModelMenu, OrgData, PipelineConfig, PipelineReport, run as run_bench,
+    ArmKind, ModelMenu, OrgData, PipelineConfig, PipelineReport, run as run_bench, warm_start,
 };
+use crate::recommend::service::WARM_START_DECISIONS;
+use crate::recommend::warm_start::LoggedDecision;
 use crate::rft::model_candidates::read_candidate_lines;
 use crate::storage::Database;
+use crate::storage::export_rows::{ExportFilter, newest_rows};
 use crate::world::{Environment, World, WorldParams};
 
 /// Most model arms in one run.
@@ -50,6 +55,11 @@ pub struct BenchPipelineArgs {
     /// Feedback reaches the bandit in batches of this many rounds.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub feedback_batch: u64,
+    /// Start every bandit from nothing instead of from the world's logged decisions (serving
+    /// warm-starts a new organization from the platform's log; this measures what that is
+    /// worth).
+    #[arg(long)]
+    pub no_warm_start: bool,
     /// Write a PNG of each arm's true acceptance over rounds here.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
@@ -135,6 +145,29 @@ pub async fn run(args: &BenchPipelineArgs, database: &Database) -> anyhow::Resul
             );
         }
     }
+    let warm_start = if args.no_warm_start {
+        None
+    } else {
+        // As a learner reads an organization's log (`recommend::service`): its newest decided
+        // diffs, here the whole history (arc-rec has made no decision in this database).
+        let mut logged = Vec::new();
+        for org in &orgs_of_world {
+            let filter = ExportFilter {
+                org: Some(org.clone()),
+                ..ExportFilter::default()
+            };
+            let rows = newest_rows(pool, &filter, WARM_START_DECISIONS)
+                .await
+                .with_context(|| format!("the logged decisions of {org}"))?;
+            logged.extend(rows.into_iter().map(LoggedDecision::of_export_row));
+        }
+        let warm = warm_start(&orgs, &logged);
+        eprintln!(
+            "warm start: {} of {} logged decisions matched to a generated candidate ({} by lever), learned by every bandit arm before round 1",
+            warm.counts.matched, warm.counts.logged, warm.counts.lever_matched
+        );
+        Some(warm)
+    };
     let config = PipelineConfig {
         rounds: usize::try_from(args.rounds)?,
         seed: args.seed,
@@ -142,6 +175,7 @@ pub async fn run(args: &BenchPipelineArgs, database: &Database) -> anyhow::Resul
         cold_start: usize::try_from(args.cold_start)?,
         policy: crate::recommend::features::policy_config(),
         curve_points: 50,
+        warm_start,
     };
     let started = Instant::now();
     let report = tokio::task::spawn_blocking(move || {
@@ -172,6 +206,13 @@ fn print_table(report: &PipelineReport, seconds: f64) {
         report.unplaced_rounds,
         seconds
     );
+    match report.warm_start {
+        Some(w) => println!(
+            "every bandit arm first learned the world's log: {} of {} logged decisions matched ({} by lever)",
+            w.matched, w.logged, w.lever_matched
+        ),
+        None => println!("no warm start: every bandit arm started from nothing"),
+    }
     let random = report
         .arms
         .iter()

@@ -7,6 +7,8 @@
 //! differ only in their menu: heuristics alone, or heuristics and one model version's ideas
 //! (each entering at its learned-grader prior, learned as a residual and corrected by its own
 //! answers, exactly as serving does).
+//! Every bandit arm starts as serving starts a new organization: from the platform's logged
+//! decisions of the world's history ([`warm_start`], serving's `recommend::warm_start`).
 //! Beside them: random order of the heuristic candidates (the platform before arc-rec) and the
 //! menu oracles (the truly best candidate of each menu). Every arm sees the same contexts;
 //! answers are drawn from the world's acceptance model with a stream per arm, and arms are
@@ -27,6 +29,7 @@ use super::engine::{
 };
 use super::features::layout;
 use super::placement::place;
+use super::warm_start::{LoggedDecision, WarmStartCounts, observations};
 use crate::candidates::CandidateIndex;
 use crate::clustering::ClusterModel;
 use crate::domain::{Candidate, CandidateSource};
@@ -60,6 +63,51 @@ pub struct PipelineConfig {
     pub policy: PolicyConfig,
     /// Points of each arm's acceptance curve.
     pub curve_points: usize,
+    /// What every bandit arm learns before round 1 ([`warm_start`]); `None` starts each from
+    /// nothing.
+    pub warm_start: Option<PipelineWarmStart>,
+}
+
+/// The platform's logged decisions as serving's warm start learns them, for every organization
+/// of the world.
+#[derive(Debug, Clone, Default)]
+pub struct PipelineWarmStart {
+    /// Every organization's matched decisions, stamped at the traffic's first round.
+    pub observations: Vec<Observation>,
+    /// Read, matched and matched by lever, over all organizations.
+    pub counts: WarmStartCounts,
+}
+
+/// Serving's warm start for the bench: each organization's `logged` decisions placed in its
+/// failure clusters and matched to its candidates (`recommend::warm_start::observations`, as a
+/// learner does for a new organization), all stamped at clock 0, where the traffic starts — the
+/// log counts alike and as old as its end, as in serving. Decisions of an organization `orgs`
+/// lacks are read, not matched.
+pub fn warm_start(orgs: &HashMap<String, OrgData>, logged: &[LoggedDecision]) -> PipelineWarmStart {
+    let mut by_org: std::collections::BTreeMap<&str, Vec<LoggedDecision>> = Default::default();
+    for decision in logged {
+        by_org
+            .entry(decision.org.as_str())
+            .or_default()
+            .push(decision.clone());
+    }
+    let mut warm = PipelineWarmStart::default();
+    for (org, decisions) in by_org {
+        let Some(data) = orgs.get(org) else {
+            warm.counts.logged += decisions.len() as u64;
+            continue;
+        };
+        let (learned, counts) = observations(&data.index, data.clusters.as_ref(), &decisions);
+        warm.counts.logged += counts.logged;
+        warm.counts.matched += counts.matched;
+        warm.counts.lever_matched += counts.lever_matched;
+        warm.observations
+            .extend(learned.into_iter().map(|o| Observation {
+                timestamp_s: 0.0,
+                ..o
+            }));
+    }
+    warm
 }
 
 /// What an arm does with its menu.
@@ -114,6 +162,8 @@ pub struct PipelineReport {
     /// Rounds whose context had no clustering model or could not be placed (then ranked
     /// without a cluster, as serving does).
     pub unplaced_rounds: usize,
+    /// The logged decisions every bandit arm learned before round 1 (`None`: none).
+    pub warm_start: Option<WarmStartCounts>,
     pub arms: Vec<ArmResult>,
 }
 
@@ -151,6 +201,9 @@ pub fn run(
         let policy = match kind {
             ArmKind::Thompson => {
                 let mut policy = ThompsonPolicy::new(layout(), config.policy)?;
+                if let Some(warm) = &config.warm_start {
+                    policy.rebuild(&warm.observations, 0.0)?;
+                }
                 policy.refresh_bank_seeded(config.seed ^ 0x5eed);
                 Some(Box::new(policy))
             }
@@ -217,6 +270,7 @@ pub fn run(
         last_quarter_rounds: quarter,
         mean_heuristic_candidates: heuristic_total as f64 / config.rounds.max(1) as f64,
         unplaced_rounds: unplaced,
+        warm_start: config.warm_start.as_ref().map(|w| w.counts),
         arms: results,
     })
 }
@@ -465,6 +519,7 @@ mod tests {
             cold_start: 50,
             policy: crate::recommend::features::policy_config(),
             curve_points: rounds,
+            warm_start: None,
         }
     }
 
@@ -528,6 +583,83 @@ mod tests {
             serde_json::to_string(&report).unwrap(),
             serde_json::to_string(&again).unwrap()
         );
+    }
+
+    #[test]
+    fn every_bandit_arm_starts_from_the_logged_decisions_as_serving_does() {
+        let world = world();
+        let environment = Environment::new(&world);
+        let orgs = orgs(&world);
+        let mut config = config(60);
+        config.cold_start = 60;
+        // No feedback within these rounds: what the arms know is the log.
+        config.feedback_batch = 1_000;
+        // A log in which people approved, in each of these contexts, the heuristic candidate the
+        // world likes best and rejected the others, 20 times over.
+        let mut contexts = ChaCha8Rng::seed_from_u64(config.seed);
+        let mut logged = Vec::new();
+        for _ in 0..config.rounds {
+            let ctx = environment.next_context(&mut contexts);
+            let input = input_of(&ctx);
+            let prepared = prepare(&orgs[&ctx.org].index, &input);
+            let diffs: Vec<Value> = prepared
+                .candidates
+                .iter()
+                .map(|(c, _)| c.diff.clone())
+                .collect();
+            let Some(best) = environment.best_of(&ctx, &diffs) else {
+                continue;
+            };
+            for _ in 0..20 {
+                for (i, diff) in diffs.iter().enumerate() {
+                    logged.push(LoggedDecision {
+                        org: ctx.org.clone(),
+                        id: format!("d{}", logged.len()),
+                        created_at: chrono::DateTime::UNIX_EPOCH
+                            + chrono::TimeDelta::hours(logged.len() as i64),
+                        input: input.clone(),
+                        diff: diff.clone(),
+                        approved: i == best,
+                    });
+                }
+            }
+        }
+        let matched = logged.len() as u64;
+        // An organization outside the world: read, not learned.
+        let mut stranger = logged[0].clone();
+        stranger.org = "nobody".into();
+        logged.push(stranger);
+        let warm = warm_start(&orgs, &logged);
+        let counts = WarmStartCounts {
+            logged: matched + 1,
+            matched,
+            lever_matched: 0,
+        };
+        assert_eq!(warm.counts, counts);
+        assert_eq!(warm.observations.len() as u64, matched);
+        // Counted alike, as of the traffic's start.
+        assert!(warm.observations.iter().all(|o| o.timestamp_s == 0.0));
+
+        let menus = [menu(&world, "m", None)];
+        let cold = run(&environment, &orgs, &menus, &config).unwrap();
+        assert_eq!(cold.warm_start, None);
+        config.warm_start = Some(warm);
+        let warmed = run(&environment, &orgs, &menus, &config).unwrap();
+        assert_eq!(warmed.warm_start, Some(counts));
+        let oracle = arm(&warmed, "menu oracle: heuristics").cold_start;
+        let (with, without) = (
+            arm(&warmed, "(a) heuristics").cold_start,
+            arm(&cold, "(a) heuristics").cold_start,
+        );
+        assert!(
+            with > without && with >= 0.9 * oracle,
+            "warm {with}, cold {without}, oracle {oracle}"
+        );
+        // The model arm learned the same log: its heuristic picks are as good.
+        assert!(arm(&warmed, "+ m").cold_start > arm(&cold, "+ m").cold_start);
+        for a in &warmed.arms {
+            assert_eq!(a.errors, 0, "{a:?}");
+        }
     }
 
     #[test]
