@@ -130,10 +130,24 @@ async fn bench_pipeline_runs_on_a_simulated_world_and_names_bad_arms() {
     for a in arms {
         assert_eq!(a["errors"], 0, "{a}");
     }
+    // Every bandit arm first learned the world's log, as serving's warm start does.
+    let (logged, matched) = (
+        report["warm_start"]["logged"].as_u64().unwrap(),
+        report["warm_start"]["matched"].as_u64().unwrap(),
+    );
+    assert!(matched > 0 && matched <= logged, "{}", report["warm_start"]);
     // The model idea is on acme's menus (a third of the contexts).
     let share = arms[2]["mean_model_candidates"].as_f64().unwrap();
     assert!(share > 0.1 && share < 0.6, "{share}");
     assert!(std::fs::metadata(&plot).unwrap().len() > 1000);
+
+    // Without it, none is reported.
+    let stdout = run(arc_rec(&db.url)
+        .args(["bench", "pipeline", "--world-seed", "7"])
+        .args(["--world-outcomes", "1500", "--rounds", "20", "--json"])
+        .arg("--no-warm-start"));
+    let cold: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert!(cold["warm_start"].is_null(), "{}", cold["warm_start"]);
 
     let bad = dir.path().join("bad.jsonl");
     std::fs::write(&bad, "{\"org\": \"acme\"}\n").unwrap();
