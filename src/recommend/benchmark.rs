@@ -715,6 +715,46 @@ pub fn input_of(ctx: &Context) -> RecommendInput {
     }
 }
 
+/// Test data for warm starts: a log in which people approved, in each of the first `rounds`
+/// contexts of traffic seed `seed`, the generated candidate the world likes best and rejected the
+/// others, 20 times over.
+#[cfg(test)]
+pub(crate) fn oracle_log(
+    environment: &Environment,
+    indexes: &HashMap<String, CandidateIndex>,
+    seed: u64,
+    rounds: usize,
+) -> Vec<LoggedDecision> {
+    let mut contexts = ChaCha8Rng::seed_from_u64(seed);
+    let mut logged = Vec::new();
+    for _ in 0..rounds {
+        let ctx = environment.next_context(&mut contexts);
+        let input = input_of(&ctx);
+        let prepared = prepare(&indexes[&ctx.org], &input);
+        let diffs: Vec<Value> = prepared
+            .candidates
+            .iter()
+            .map(|(c, _)| c.diff.clone())
+            .collect();
+        let Some(best) = environment.best_of(&ctx, &diffs) else {
+            continue;
+        };
+        for _ in 0..20 {
+            for (i, diff) in diffs.iter().enumerate() {
+                logged.push(LoggedDecision {
+                    org: ctx.org.clone(),
+                    id: format!("d{}", logged.len()),
+                    created_at: chrono::DateTime::UNIX_EPOCH,
+                    input: input.clone(),
+                    diff: diff.clone(),
+                    approved: i == best,
+                });
+            }
+        }
+    }
+    logged
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -898,43 +938,6 @@ mod tests {
         assert_eq!((first.3, second.3), (5, 6));
     }
 
-    /// A log in which people approved, in each of the first contexts, the candidate the world
-    /// likes best and rejected the others, 20 times over.
-    fn oracle_log(
-        environment: &Environment,
-        indexes: &HashMap<String, CandidateIndex>,
-        config: &BanditBenchConfig,
-    ) -> Vec<LoggedDecision> {
-        let mut contexts = ChaCha8Rng::seed_from_u64(config.seed);
-        let mut logged = Vec::new();
-        for _ in 0..config.rounds {
-            let ctx = environment.next_context(&mut contexts);
-            let input = input_of(&ctx);
-            let prepared = prepare(&indexes[&ctx.org], &input);
-            let diffs: Vec<Value> = prepared
-                .candidates
-                .iter()
-                .map(|(c, _)| c.diff.clone())
-                .collect();
-            let Some(best) = environment.best_of(&ctx, &diffs) else {
-                continue;
-            };
-            for _ in 0..20 {
-                for (i, diff) in diffs.iter().enumerate() {
-                    logged.push(LoggedDecision {
-                        org: ctx.org.clone(),
-                        id: format!("d{}", logged.len()),
-                        created_at: chrono::DateTime::UNIX_EPOCH,
-                        input: input.clone(),
-                        diff: diff.clone(),
-                        approved: i == best,
-                    });
-                }
-            }
-        }
-        logged
-    }
-
     #[test]
     fn a_warm_start_teaches_the_policies_and_the_peers_the_log_before_round_one() {
         let (world, indexes, config) = setup();
@@ -951,7 +954,7 @@ mod tests {
             )],
             ..config
         };
-        let mut logged = oracle_log(&environment, &indexes, &config);
+        let mut logged = oracle_log(&environment, &indexes, config.seed, config.rounds);
         // A diff no generated candidate pulls the lever of is left out.
         let mut stray = logged[0].clone();
         stray.diff = serde_json::json!({"system_prompt": "Be brief."});

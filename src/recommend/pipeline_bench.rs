@@ -594,36 +594,18 @@ mod tests {
         config.cold_start = 60;
         // No feedback within these rounds: what the arms know is the log.
         config.feedback_batch = 1_000;
-        // A log in which people approved, in each of these contexts, the heuristic candidate the
-        // world likes best and rejected the others, 20 times over.
-        let mut contexts = ChaCha8Rng::seed_from_u64(config.seed);
-        let mut logged = Vec::new();
-        for _ in 0..config.rounds {
-            let ctx = environment.next_context(&mut contexts);
-            let input = input_of(&ctx);
-            let prepared = prepare(&orgs[&ctx.org].index, &input);
-            let diffs: Vec<Value> = prepared
-                .candidates
-                .iter()
-                .map(|(c, _)| c.diff.clone())
-                .collect();
-            let Some(best) = environment.best_of(&ctx, &diffs) else {
-                continue;
-            };
-            for _ in 0..20 {
-                for (i, diff) in diffs.iter().enumerate() {
-                    logged.push(LoggedDecision {
-                        org: ctx.org.clone(),
-                        id: format!("d{}", logged.len()),
-                        created_at: chrono::DateTime::UNIX_EPOCH
-                            + chrono::TimeDelta::hours(logged.len() as i64),
-                        input: input.clone(),
-                        diff: diff.clone(),
-                        approved: i == best,
-                    });
-                }
-            }
-        }
+        // People approved, in each of these contexts, the heuristic candidate the world likes
+        // best and rejected the others, 20 times over.
+        let indexes = orgs
+            .iter()
+            .map(|(org, data)| (org.clone(), data.index.clone()))
+            .collect();
+        let mut logged = crate::recommend::benchmark::oracle_log(
+            &environment,
+            &indexes,
+            config.seed,
+            config.rounds,
+        );
         let matched = logged.len() as u64;
         // An organization outside the world: read, not learned.
         let mut stranger = logged[0].clone();
