@@ -23,6 +23,7 @@ use crate::recommend::service::WARM_START_DECISIONS;
 use crate::recommend::warm_start::LoggedDecision;
 use crate::rft::model_candidates::read_candidate_lines;
 use crate::storage::Database;
+use crate::storage::decisions::first_decision_at;
 use crate::storage::export_rows::{ExportFilter, newest_rows};
 use crate::world::{Environment, World, WorldParams};
 
@@ -149,11 +150,12 @@ pub async fn run(args: &BenchPipelineArgs, database: &Database) -> anyhow::Resul
         None
     } else {
         // As a learner reads an organization's log (`recommend::service`): its newest decided
-        // diffs, here the whole history (arc-rec has made no decision in this database).
+        // diffs made before its first decision in arc-rec's log (a simulated world has none).
         let mut logged = Vec::new();
         for org in &orgs_of_world {
             let filter = ExportFilter {
                 org: Some(org.clone()),
+                until: first_decision_at(pool, org).await?,
                 ..ExportFilter::default()
             };
             let rows = newest_rows(pool, &filter, WARM_START_DECISIONS)
