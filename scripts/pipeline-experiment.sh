@@ -12,6 +12,9 @@
 # learned"). Everything goes to OUT/world$WORLD_SEED/pipeline/: a clustered database of the same
 # world (db/), each model's candidates (`arc-rec candidates --out`, priced by the learned grader),
 # one report per (model seed, traffic seed) (s$SEED-t$TRAFFIC.json) and a PNG of the first.
+# Every bandit arm starts from the world's logged decisions, as serving's warm start does
+# (`bench pipeline`'s default; run it with --no-warm-start on the same files for the figures
+# without).
 # Idempotent: what exists is kept.
 #
 # Environment: SEEDS ("1 2 3 4 5"), TRAFFIC_SEEDS ("1 2 3"), ROUNDS (10000), WORLD_SEED (1),
