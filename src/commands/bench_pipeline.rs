@@ -23,8 +23,7 @@ use crate::recommend::service::WARM_START_DECISIONS;
 use crate::recommend::warm_start::LoggedDecision;
 use crate::rft::model_candidates::read_candidate_lines;
 use crate::storage::Database;
-use crate::storage::decisions::first_decision_at;
-use crate::storage::export_rows::{ExportFilter, newest_rows};
+use crate::storage::export_rows::warm_start_rows;
 use crate::world::{Environment, World, WorldParams};
 
 /// Most model arms in one run.
@@ -149,16 +148,10 @@ pub async fn run(args: &BenchPipelineArgs, database: &Database) -> anyhow::Resul
     let warm_start = if args.no_warm_start {
         None
     } else {
-        // As a learner reads an organization's log (`recommend::service`): its newest decided
-        // diffs made before its first decision in arc-rec's log (a simulated world has none).
+        // As a learner reads an organization's log (`recommend::service`).
         let mut logged = Vec::new();
         for org in &orgs_of_world {
-            let filter = ExportFilter {
-                org: Some(org.clone()),
-                until: first_decision_at(pool, org).await?,
-                ..ExportFilter::default()
-            };
-            let rows = newest_rows(pool, &filter, WARM_START_DECISIONS)
+            let rows = warm_start_rows(pool, org, WARM_START_DECISIONS)
                 .await
                 .with_context(|| format!("the logged decisions of {org}"))?;
             logged.extend(rows.into_iter().map(LoggedDecision::of_export_row));

@@ -55,9 +55,9 @@ use crate::storage::candidate_stats::{
 use crate::storage::decisions::{
     DecisionItemRecord, DecisionRecord, FeedbackOutcome, FeedbackRecord, FeedbackStored,
     LearnableFeedback, exposure_counts, failures_of_outcomes, feedback_after, feedback_for,
-    feedback_since, first_decision_at, insert_feedback,
+    feedback_since, insert_feedback,
 };
-use crate::storage::export_rows::{ExportFilter, newest_rows};
+use crate::storage::export_rows::warm_start_rows;
 
 /// A new organization's warm start learns at most this many of the platform's logged decisions
 /// (the newest): reading and matching them costs about a millisecond each, off the request path,
@@ -860,13 +860,7 @@ impl Learner {
     /// rows and rebuilds at an epoch boundary, so they agree (`learn_batch`).
     /// On an error nothing changed.
     async fn warm_start(&mut self, state: &OrgServing) -> Result<WarmStartCounts, ServeError> {
-        let until = first_decision_at(&self.pool, &self.org).await?;
-        let filter = ExportFilter {
-            org: Some(self.org.clone()),
-            until,
-            ..ExportFilter::default()
-        };
-        let rows = newest_rows(&self.pool, &filter, WARM_START_DECISIONS).await?;
+        let rows = warm_start_rows(&self.pool, &self.org, WARM_START_DECISIONS).await?;
         let index = state.index.read().map_err(|_| poisoned())?.clone();
         let clusters = state.clusters.read().map_err(|_| poisoned())?.clone();
         let mut policy = self.policy.clone();

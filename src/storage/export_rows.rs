@@ -205,6 +205,23 @@ where
     Ok(total)
 }
 
+/// A policy's warm-start log for `org`: its newest `limit` decided diffs made before its first
+/// decision in arc-rec's log ([`newest_rows`]; so an arc-rec recommendation the platform then
+/// records as a diff is learned once, from its feedback). Serving's learner and `bench pipeline`
+/// read it alike.
+pub async fn warm_start_rows(
+    pool: &sqlx::PgPool,
+    org: &str,
+    limit: usize,
+) -> Result<Vec<ExportRow>, StorageError> {
+    let filter = ExportFilter {
+        org: Some(org.to_owned()),
+        until: super::decisions::first_decision_at(pool, org).await?,
+        ..ExportFilter::default()
+    };
+    newest_rows(pool, &filter, limit).await
+}
+
 /// The newest `limit` rows `filter` selects, oldest first (what a policy's warm start learns:
 /// `recommend::warm_start`). Two queries on the pool: the `limit`-th newest decided diff's time
 /// (an index scan), then the export of the diffs from then on, so the export's per-diff joins
