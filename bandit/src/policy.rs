@@ -540,6 +540,23 @@ impl ThompsonPolicy {
         Ok(dot(&mean_w, c))
     }
 
+    /// The posterior mean score of a sum of interaction vectors Σx (each from
+    /// [`FeatureLayout::interaction`]): Σ x·μ, what the posterior mean predicts now of those
+    /// observations together, in one dot product however many were summed. An empty sum scores 0.
+    pub fn mean_score_of_sum(&self, interactions: &[f64]) -> Result<f64> {
+        if interactions.is_empty() {
+            return Ok(0.0);
+        }
+        if interactions.len() != self.dim() {
+            return Err(BanditError::Dimension {
+                block: "interaction sum".to_owned(),
+                expected: self.dim(),
+                actual: interactions.len(),
+            });
+        }
+        Ok(dot(&self.posterior.mean, interactions))
+    }
+
     /// The exact posterior standard deviation of the score of candidate `c` in context `z`,
     /// v·sqrt(xᵀΛ⁻¹x), through a triangular solve with the Cholesky factor: O(d²), and it
     /// streams the whole factor through the cache. Rankings report the bank's Monte-Carlo

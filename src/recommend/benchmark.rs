@@ -21,7 +21,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::engine::{RecommendError, RecommendInput, no_evidence, prepare, rank};
+use super::engine::{Evidence, RecommendError, RecommendInput, prepare, rank};
 use super::features::layout;
 use super::warm_start::{LoggedDecision, WarmStartCounts, match_decision};
 use crate::candidates::{CandidateIndex, FailureObservation};
@@ -459,7 +459,7 @@ pub fn run(
                         prepared.clone(),
                         input.k,
                         r.rng.random(),
-                        no_evidence,
+                        &Evidence::default(),
                     )?;
                     match output.shown.into_iter().next() {
                         Some(shown) => (

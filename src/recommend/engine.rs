@@ -1,7 +1,7 @@
 //! One recommendation, without IO: generate candidates for a failure context, build the bandit's
 //! features, rank with one posterior draw, and return what to show and what to log.
 
-use bandit::{Ranking, ScoreOffset, ThompsonPolicy};
+use bandit::{FeatureLayout, Observation, Ranking, ScoreOffset, ThompsonPolicy};
 use serde_json::Value;
 
 use super::features::{candidate_vector, context_vector};
@@ -37,8 +37,8 @@ pub struct Shown {
     /// The candidate block c it was ranked with.
     pub features: Vec<f64>,
     /// For a priced model candidate: what the shared model and its prior predicted, its mean
-    /// score less its own correction (logged, so every replica replays the same
-    /// [`CandidateEvidence`]).
+    /// score less its corrections (logged with the decision, so an analyst can see how far the
+    /// answers fell from it).
     pub predicted: Option<f64>,
 }
 
@@ -130,6 +130,107 @@ pub fn timestamp_s(t: chrono::DateTime<chrono::Utc>) -> f64 {
     t.timestamp() as f64 + f64::from(t.timestamp_subsec_millis()) / 1000.0
 }
 
+/// What serving has learned about one priced model candidate (or, pooled, one model version)
+/// from its answers: the sums of the shared model's observations of it, so that how far its
+/// answers fall from the prior and the shared model is measured against the shared model as it
+/// is *now* ([`CandidateEvidence::surprise`]), not as it was at each answer.
+///
+/// Why not a running sum of surprises against each answer's prediction: the shared model learns
+/// the same residual from the same answers, so a surprise recorded before the shared model had
+/// learned it stays in the sum after it has — a double correction that sinks a version's ideas
+/// long after the shared model stopped overrating them (measured in `bench pipeline` once the
+/// warm start taught the shared model raw acceptance: README, "The pipeline").
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CandidateEvidence {
+    pub answers: u32,
+    /// Σ (answer − prior mean): the sum of the shared model's rewards for these answers
+    /// ([`learning_reward`]).
+    pub residual: f64,
+    /// Σ x over the answers (x = z ⊗ c, the shared model's interaction vector of each answer's
+    /// context and candidate); empty before the first answer.
+    pub interactions: Vec<f64>,
+}
+
+impl CandidateEvidence {
+    fn add(&mut self, reward: f64, x: &[f64]) {
+        if self.interactions.is_empty() {
+            self.interactions = vec![0.0; x.len()];
+        }
+        for (sum, v) in self.interactions.iter_mut().zip(x) {
+            *sum += v;
+        }
+        self.answers = self.answers.saturating_add(1);
+        self.residual += reward;
+    }
+
+    /// Σ (answer − prior mean − x·μ) under `policy`'s posterior mean μ now: how far the answers
+    /// fell from what the prior and the shared model as it is now predict of them.
+    pub fn surprise(&self, policy: &ThompsonPolicy) -> Result<Surprise, bandit::BanditError> {
+        Ok(Surprise {
+            answers: self.answers,
+            total: self.residual - policy.mean_score_of_sum(&self.interactions)?,
+        })
+    }
+}
+
+/// A candidate's (or a version's) answers, measured against its current prediction
+/// ([`CandidateEvidence::surprise`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Surprise {
+    pub answers: u32,
+    /// Σ (answer − predicted).
+    pub total: f64,
+}
+
+/// The key of a model version's pooled evidence in an [`Evidence`] map (candidate ids start
+/// `c-`).
+pub fn version_key(model_version_id: &str) -> String {
+    format!("version:{model_version_id}")
+}
+
+/// What serving has learned about each priced model candidate, by candidate id, and pooled by
+/// model version ([`version_key`]).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Evidence(std::collections::HashMap<String, CandidateEvidence>);
+
+impl Evidence {
+    /// Records one answer about a priced model candidate, learned by the shared model as
+    /// `observation`: under its candidate id and, when it has one, pooled under its model
+    /// version's [`version_key`]. On an error (features that do not fit `layout`) nothing
+    /// changed.
+    pub fn record(
+        &mut self,
+        layout: &FeatureLayout,
+        candidate_id: &str,
+        model_version_id: Option<&str>,
+        observation: &Observation,
+    ) -> Result<(), bandit::BanditError> {
+        let x = layout.interaction(&observation.context, &observation.candidate)?;
+        let keys =
+            std::iter::once(candidate_id.to_owned()).chain(model_version_id.map(version_key));
+        for key in keys {
+            self.0.entry(key).or_default().add(observation.reward, &x);
+        }
+        Ok(())
+    }
+
+    /// The evidence under a candidate id or a [`version_key`].
+    pub fn get(&self, key: &str) -> Option<&CandidateEvidence> {
+        self.0.get(key)
+    }
+
+    fn surprise(
+        &self,
+        key: &str,
+        policy: &ThompsonPolicy,
+    ) -> Result<Surprise, bandit::BanditError> {
+        self.get(key)
+            .map_or(Ok(Surprise::default()), |e| e.surprise(policy))
+    }
+}
+
 /// Bernoulli variance bound: one answer is worth at most 1/0.25 of precision about a candidate.
 const ANSWER_VARIANCE: f64 = 0.25;
 
@@ -140,101 +241,59 @@ const ANSWER_VARIANCE: f64 = 0.25;
 /// hundreds of answers.
 pub const MIN_PRIOR_SD: f64 = 0.1;
 
-/// What serving has learned about one priced model candidate from its own answers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct CandidateEvidence {
-    pub answers: u32,
-    /// Σ (answer − what the shared model and the prior predicted when it was shown).
-    pub surprise: f64,
-}
-
-impl CandidateEvidence {
-    /// Adds one answer about a candidate shown when the shared model and its prior predicted
-    /// `predicted` (its mean score less its own correction).
-    pub fn record(&mut self, accepted: bool, predicted: f64) {
-        self.answers = self.answers.saturating_add(1);
-        self.surprise += f64::from(u8::from(accepted)) - predicted;
-    }
-}
-
-/// The key of a model version's pooled evidence in an evidence map (candidate ids start `c-`).
-pub fn version_key(model_version_id: &str) -> String {
-    format!("version:{model_version_id}")
-}
-
-/// Records one answer about a priced model candidate shown when `predicted` was predicted of it
-/// (see [`CandidateEvidence::record`]): under its candidate id and, when it has one, pooled under
-/// its model version's [`version_key`].
-pub fn record_evidence(
-    evidence: &mut std::collections::HashMap<String, CandidateEvidence>,
-    candidate_id: &str,
-    model_version_id: Option<&str>,
-    accepted: bool,
-    predicted: f64,
-) {
-    let keys = std::iter::once(candidate_id.to_owned()).chain(model_version_id.map(version_key));
-    for key in keys {
-        evidence.entry(key).or_default().record(accepted, predicted);
-    }
-}
-
 /// A priced model candidate's offset: its prior mean m plus the corrections its answers make,
 /// as random intercepts at two levels: its model version's, b = S_v/(25 + N_v) over the N_v
 /// answers to all of the version's candidates (no prior worth more than 25 answers), and its own
 /// beyond the version's, (S − n·b)/(n₀ + n) with the prior worth n₀ = 0.25/max(s,
-/// [`MIN_PRIOR_SD`])² answers (S: the sum of answer − predicted); and its prior sd s shrunk by
-/// its n answers, s/√(1 + n·s²/0.25).
+/// [`MIN_PRIOR_SD`])² answers (S: the sum of answer − predicted, [`Surprise`]); and its prior sd
+/// s shrunk by its n answers, s/√(1 + n·s²/0.25).
 ///
 /// The shared model learns every answer (less m), so what a model idea teaches about its
 /// features carries over to the candidates that share them; the corrections are what only this
-/// version's and this candidate's answers say — a recommender model tuned against a grader over
-/// those very features proposes exactly the ideas the features overrate, so its version's
-/// answers pull all its ideas down, the unanswered ones too, and each idea's own answers pull it
-/// further; a version whose ideas beat their prediction lifts them all.
-pub fn prior_offset(
-    prior: CandidatePrior,
-    version: CandidateEvidence,
-    own: CandidateEvidence,
-) -> ScoreOffset {
+/// version's and this candidate's answers say beyond it — a recommender model tuned against a
+/// grader over those very features proposes exactly the ideas the features overrate, so its
+/// version's answers pull all its ideas down, the unanswered ones too, and each idea's own
+/// answers pull it further; a version whose ideas beat their prediction lifts them all.
+pub fn prior_offset(prior: CandidatePrior, version: Surprise, own: Surprise) -> ScoreOffset {
     let floor = prior.sd.max(MIN_PRIOR_SD);
-    let version_shift = version.surprise
+    let version_shift = version.total
         / (ANSWER_VARIANCE / (MIN_PRIOR_SD * MIN_PRIOR_SD) + f64::from(version.answers));
     let n = f64::from(own.answers);
     let variance = prior.sd * prior.sd;
     ScoreOffset {
         mean: prior.mean
             + version_shift
-            + (own.surprise - n * version_shift) / (ANSWER_VARIANCE / (floor * floor) + n),
+            + (own.total - n * version_shift) / (ANSWER_VARIANCE / (floor * floor) + n),
         sd: prior.sd / (1.0 + n * variance / ANSWER_VARIANCE).sqrt(),
     }
 }
 
-/// No evidence about any candidate: what [`rank`] is given where nothing is priced or learned per
-/// candidate (benches of the heuristics alone, [`recommend`]).
-pub fn no_evidence(_candidate_id: &str) -> CandidateEvidence {
-    CandidateEvidence::default()
-}
-
-/// The offsets to rank `candidates` with: [`prior_offset`] for each priced model candidate
-/// (`evidence` looks up what was learned about a candidate id or a [`version_key`]), zero for the
-/// others; empty when none is priced, which ranks exactly as before priors existed.
+/// The offsets to rank `candidates` with under `policy`: [`prior_offset`] for each priced model
+/// candidate, its answers and its version's measured against `policy` now, zero for the others;
+/// empty when none is priced, which ranks exactly as before priors existed.
 pub fn offsets_for(
+    policy: &ThompsonPolicy,
     candidates: &[(Candidate, Vec<f64>)],
-    evidence: impl Fn(&str) -> CandidateEvidence,
-) -> Vec<ScoreOffset> {
+    evidence: &Evidence,
+) -> Result<Vec<ScoreOffset>, bandit::BanditError> {
     if candidates.iter().all(|(c, _)| c.source.prior().is_none()) {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     candidates
         .iter()
         .map(|(c, _)| {
-            c.source.prior().map_or_else(ScoreOffset::default, |prior| {
-                let version = c
-                    .source
-                    .model_version_id()
-                    .map_or_else(CandidateEvidence::default, |v| evidence(&version_key(v)));
-                prior_offset(prior, version, evidence(&c.candidate_id))
-            })
+            let Some(prior) = c.source.prior() else {
+                return Ok(ScoreOffset::default());
+            };
+            let version = match c.source.model_version_id() {
+                Some(v) => evidence.surprise(&version_key(v), policy)?,
+                None => Surprise::default(),
+            };
+            Ok(prior_offset(
+                prior,
+                version,
+                evidence.surprise(&c.candidate_id, policy)?,
+            ))
         })
         .collect()
 }
@@ -248,20 +307,19 @@ pub fn learning_reward(accepted: bool, prior_mean: Option<f64>) -> f64 {
 }
 
 /// Ranks prepared candidates with one posterior draw; `seed` makes it reproducible (logged).
-/// `evidence` looks up the answers already learned about a priced candidate id (see
-/// [`offsets_for`]).
+/// `evidence`: the answers already learned about priced candidates (see [`offsets_for`]).
 pub fn rank(
     policy: &ThompsonPolicy,
     prepared: Prepared,
     k: usize,
     seed: u64,
-    evidence: impl Fn(&str) -> CandidateEvidence,
+    evidence: &Evidence,
 ) -> Result<RecommendOutput, RecommendError> {
     let Prepared {
         context,
         candidates,
     } = prepared;
-    let offsets = offsets_for(&candidates, evidence);
+    let offsets = offsets_for(policy, &candidates, evidence)?;
     let vectors: Vec<&[f64]> = candidates.iter().map(|(_, f)| f.as_slice()).collect();
     let ranking = if vectors.is_empty() {
         Ranking {
@@ -312,51 +370,117 @@ pub fn recommend(
     input: &RecommendInput,
     seed: u64,
 ) -> Result<RecommendOutput, RecommendError> {
-    rank(policy, prepare(index, input), input.k, seed, no_evidence)
+    rank(
+        policy,
+        prepare(index, input),
+        input.k,
+        seed,
+        &Evidence::default(),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn evidence(answers: u32, surprise: f64) -> CandidateEvidence {
-        CandidateEvidence { answers, surprise }
+    fn evidence(answers: u32, total: f64) -> Surprise {
+        Surprise { answers, total }
     }
 
     #[test]
     fn an_unanswered_idea_is_drawn_from_its_prior() {
         let prior = CandidatePrior { mean: 0.7, sd: 0.2 };
-        let offset = prior_offset(
-            prior,
-            CandidateEvidence::default(),
-            CandidateEvidence::default(),
-        );
+        let offset = prior_offset(prior, Surprise::default(), Surprise::default());
         assert!((offset.mean - 0.7).abs() < 1e-12);
         assert!((offset.sd - 0.2).abs() < 1e-12);
     }
 
+    /// One answer about candidate `c` (its block's first entry 1) in the context with only z's
+    /// constant: the shared model's observation of a rejection of an idea priced `prior_mean`.
+    fn rejection(layout: &FeatureLayout, i: usize, prior_mean: f64) -> Observation {
+        let mut context = vec![0.0; layout.context_dims()];
+        context[0] = 1.0;
+        let mut candidate = vec![0.0; layout.candidate_dims];
+        candidate[0] = 1.0;
+        Observation {
+            id: i.to_string(),
+            timestamp_s: 0.0,
+            context,
+            candidate,
+            reward: learning_reward(false, Some(prior_mean)),
+        }
+    }
+
     #[test]
-    fn evidence_records_the_surprise_of_each_answer() {
-        let mut e = CandidateEvidence::default();
-        e.record(true, 0.75);
-        e.record(false, 0.5);
-        assert_eq!(e.answers, 2);
-        assert!((e.surprise - (0.25 - 0.5)).abs() < 1e-12);
+    fn answers_are_measured_against_the_shared_model_as_it_is_now() {
+        let layout = super::super::features::layout();
+        let mut policy =
+            ThompsonPolicy::new(layout, super::super::features::policy_config()).unwrap();
+        let mut evidence = Evidence::default();
+        for i in 0..40 {
+            let answer = rejection(&layout, i, 0.6);
+            evidence
+                .record(&layout, "c-1", Some("v1"), &answer)
+                .unwrap();
+            policy.update(&answer).unwrap();
+        }
+        let own = evidence.get("c-1").unwrap();
+        assert_eq!(own.answers, 40);
+        assert!((own.residual + 24.0).abs() < 1e-9, "{}", own.residual);
+        // The shared model has learned most of the 0.6 by which the prior overrated the idea:
+        // what is left of the surprise is only what it has not learned, Σ (r − x·μ) now, not the
+        // 24 it would have been against the predictions made at each answer.
+        let answer = rejection(&layout, 0, 0.6);
+        let now = policy
+            .mean_score(&answer.context, &answer.candidate)
+            .unwrap();
+        let surprise = own.surprise(&policy).unwrap();
+        assert_eq!(surprise.answers, 40);
+        assert!((surprise.total - 40.0 * (-0.6 - now)).abs() < 1e-9);
+        assert!(surprise.total.abs() < 2.0, "{}", surprise.total);
+        // An untaught shared model predicts nothing: the whole residual is surprise.
+        let untaught =
+            ThompsonPolicy::new(layout, super::super::features::policy_config()).unwrap();
+        assert!((own.surprise(&untaught).unwrap().total + 24.0).abs() < 1e-9);
+        // So a priced idea is corrected once: by the shared model, and by its offset only for
+        // what the shared model has not learned.
+        let prior = CandidatePrior { mean: 0.6, sd: 0.1 };
+        let offset = prior_offset(
+            prior,
+            evidence
+                .get(&version_key("v1"))
+                .unwrap()
+                .surprise(&policy)
+                .unwrap(),
+            surprise,
+        );
+        assert!(offset.mean > 0.6 - 0.1, "{}", offset.mean);
+        assert!((offset.mean + now).abs() < 0.1, "{} + {now}", offset.mean);
+    }
+
+    #[test]
+    fn evidence_that_does_not_fit_the_layout_is_refused_whole() {
+        let layout = super::super::features::layout();
+        let mut evidence = Evidence::default();
+        let mut answer = rejection(&layout, 0, 0.5);
+        answer.candidate.pop();
+        assert!(
+            evidence
+                .record(&layout, "c-1", Some("v1"), &answer)
+                .is_err()
+        );
+        assert_eq!(evidence, Evidence::default());
     }
 
     #[test]
     fn an_ideas_own_surprise_corrects_its_prior_at_the_priors_weight() {
         // sd 0.5 is worth one answer: 4 answers 2.0 below prediction move it by 2/5.
         let prior = CandidatePrior { mean: 0.6, sd: 0.5 };
-        let offset = prior_offset(prior, CandidateEvidence::default(), evidence(4, -2.0));
+        let offset = prior_offset(prior, Surprise::default(), evidence(4, -2.0));
         assert!((offset.mean - (0.6 - 2.0 / 5.0)).abs() < 1e-12);
         assert!((offset.sd - 0.5 / 5.0f64.sqrt()).abs() < 1e-12);
         // Many answers: the correction is the mean surprise.
-        let offset = prior_offset(
-            prior,
-            CandidateEvidence::default(),
-            evidence(10_000, -3_000.0),
-        );
+        let offset = prior_offset(prior, Surprise::default(), evidence(10_000, -3_000.0));
         assert!((offset.mean - 0.3).abs() < 1e-3);
     }
 
@@ -367,11 +491,11 @@ mod tests {
             sd: 0.001,
         };
         // 25 answers averaging 0.9 below prediction take half of it off.
-        let offset = prior_offset(confident, CandidateEvidence::default(), evidence(25, -22.5));
+        let offset = prior_offset(confident, Surprise::default(), evidence(25, -22.5));
         assert!((offset.mean - 0.45).abs() < 1e-12);
         // An out-of-support idea (prior 0 ± 0) is corrected too, and never explored by its prior.
         let none = CandidatePrior { mean: 0.0, sd: 0.0 };
-        let offset = prior_offset(none, CandidateEvidence::default(), evidence(25, 5.0));
+        let offset = prior_offset(none, Surprise::default(), evidence(25, 5.0));
         assert!((offset.mean - 0.1).abs() < 1e-12);
         assert_eq!(offset.sd, 0.0);
     }
@@ -381,7 +505,7 @@ mod tests {
         let prior = CandidatePrior { mean: 0.6, sd: 0.1 };
         // 75 answers to the version, 0.4 below prediction on average: b = −30/(25 + 75).
         let version = evidence(75, -30.0);
-        let unanswered = prior_offset(prior, version, CandidateEvidence::default());
+        let unanswered = prior_offset(prior, version, Surprise::default());
         assert!((unanswered.mean - 0.3).abs() < 1e-12);
         // An idea answered 25 times as its version's ideas were gets b; one answered as
         // predicted gets half of b back (its prior is worth 25 answers).
@@ -393,14 +517,27 @@ mod tests {
 
     #[test]
     fn evidence_is_recorded_per_candidate_and_pooled_per_version() {
-        let mut map = std::collections::HashMap::new();
-        record_evidence(&mut map, "c-1", Some("v1"), true, 0.5);
-        record_evidence(&mut map, "c-2", Some("v1"), false, 0.5);
-        record_evidence(&mut map, "c-3", None, false, 0.5);
-        assert_eq!(map["c-1"].answers, 1);
-        assert_eq!(map[&version_key("v1")].answers, 2);
-        assert_eq!(map[&version_key("v1")].surprise, 0.0);
-        assert_eq!(map.len(), 4);
+        let layout = super::super::features::layout();
+        let mut evidence = Evidence::default();
+        let answer = |i: usize, accepted: bool| Observation {
+            reward: learning_reward(accepted, Some(0.5)),
+            ..rejection(&layout, i, 0.5)
+        };
+        for (id, version, accepted) in [
+            ("c-1", Some("v1"), true),
+            ("c-2", Some("v1"), false),
+            ("c-3", None, false),
+        ] {
+            evidence
+                .record(&layout, id, version, &answer(0, accepted))
+                .unwrap();
+        }
+        assert_eq!(evidence.get("c-1").unwrap().answers, 1);
+        let pooled = evidence.get(&version_key("v1")).unwrap();
+        assert_eq!(pooled.answers, 2);
+        assert_eq!(pooled.residual, 0.0);
+        assert_eq!(pooled.interactions[0], 2.0);
+        assert_eq!(evidence.0.len(), 4);
     }
 
     #[test]

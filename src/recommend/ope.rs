@@ -138,7 +138,7 @@ mod tests {
     use super::*;
     use crate::candidates::CandidateIndex;
     use crate::recommend::benchmark::input_of;
-    use crate::recommend::engine::{no_evidence, prepare, rank};
+    use crate::recommend::engine::{Evidence, prepare, rank};
     use crate::recommend::features::{layout, policy_config};
     use crate::world::{Environment, World, WorldParams};
 
@@ -232,7 +232,7 @@ mod tests {
                 .find(|(c, _)| target.probability(&candidates, &c.candidate_id) == 1.0)
                 .map(|(c, _)| c.diff.clone());
             truth.push(chosen.map_or(0.0, |diff| environment.acceptance_probability(&ctx, &diff)));
-            let output = rank(&policy, prepared, 1, rng.random(), no_evidence).unwrap();
+            let output = rank(&policy, prepared, 1, rng.random(), &Evidence::default()).unwrap();
             let shown = &output.shown[0];
             let feedback = environment.feedback(&ctx, &shown.candidate.diff, &mut rng);
             let observation = bandit::Observation::binary(

@@ -24,9 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::benchmark::input_of;
-use super::engine::{
-    CandidateEvidence, Prepared, RecommendError, learning_reward, prepare, rank, record_evidence,
-};
+use super::engine::{Evidence, Prepared, RecommendError, learning_reward, prepare, rank};
 use super::features::layout;
 use super::placement::place;
 use super::warm_start::{LoggedDecision, WarmStartCounts, observations};
@@ -177,7 +175,7 @@ struct Arm {
     pending: Vec<Observation>,
     /// Each priced candidate id's own evidence, and each model version's pooled (its
     /// corrections, as in serving).
-    evidence: HashMap<String, CandidateEvidence>,
+    evidence: Evidence,
     rng: ChaCha8Rng,
     truth: Vec<f64>,
     drawn: Vec<bool>,
@@ -216,7 +214,7 @@ pub fn run(
             menu,
             policy,
             pending: Vec::new(),
-            evidence: HashMap::new(),
+            evidence: Evidence::default(),
             rng: ChaCha8Rng::seed_from_u64(config.seed.wrapping_mul(31).wrapping_add(stream)),
             truth: Vec::with_capacity(config.rounds),
             drawn: Vec::with_capacity(config.rounds),
@@ -328,27 +326,21 @@ fn play(
     config: &PipelineConfig,
 ) {
     let diffs: Vec<&Value> = menu.candidates.iter().map(|(c, _)| &c.diff).collect();
-    // The pick and, for a priced model candidate, what was predicted of it.
-    let pick: Option<(usize, Option<f64>)> = match arm.kind {
+    let pick: Option<usize> = match arm.kind {
         _ if diffs.is_empty() => None,
-        ArmKind::Random => Some((arm.rng.random_range(0..diffs.len()), None)),
+        ArmKind::Random => Some(arm.rng.random_range(0..diffs.len())),
         ArmKind::Oracle => {
             let owned: Vec<Value> = diffs.iter().map(|d| (*d).clone()).collect();
-            environment.best_of(ctx, &owned).map(|pick| (pick, None))
+            environment.best_of(ctx, &owned)
         }
         ArmKind::Thompson => {
-            let evidence = &arm.evidence;
             let seed = arm.rng.random();
-            let ranked = arm.policy.as_deref().map(|policy| {
-                rank(policy, menu.clone(), 1, seed, |id| {
-                    evidence.get(id).copied().unwrap_or_default()
-                })
-            });
+            let ranked = arm
+                .policy
+                .as_deref()
+                .map(|policy| rank(policy, menu.clone(), 1, seed, &arm.evidence));
             match ranked {
-                Some(Ok(output)) => output
-                    .shown
-                    .first()
-                    .map(|s| (s.item.candidate, s.predicted)),
+                Some(Ok(output)) => output.shown.first().map(|s| s.item.candidate),
                 Some(Err(_)) | None => {
                     arm.errors += 1;
                     None
@@ -356,7 +348,7 @@ fn play(
             }
         }
     };
-    let Some((pick, predicted)) = pick else {
+    let Some(pick) = pick else {
         arm.truth.push(0.0);
         arm.drawn.push(false);
         arm.from_model.push(None);
@@ -372,22 +364,27 @@ fn play(
         return;
     };
     let prior = candidate.source.prior();
-    if let Some(prior) = prior {
-        record_evidence(
-            &mut arm.evidence,
-            &candidate.candidate_id,
-            candidate.source.model_version_id(),
-            answer.accepted,
-            predicted.unwrap_or(prior.mean),
-        );
-    }
-    arm.pending.push(Observation {
+    let observation = Observation {
         id: format!("{round}"),
         timestamp_s: round as f64 * 60.0,
         context: menu.context.clone(),
         candidate: features.clone(),
         reward: learning_reward(answer.accepted, prior.map(|p| p.mean)),
-    });
+    };
+    if prior.is_some()
+        && arm
+            .evidence
+            .record(
+                policy.layout(),
+                &candidate.candidate_id,
+                candidate.source.model_version_id(),
+                &observation,
+            )
+            .is_err()
+    {
+        arm.errors += 1;
+    }
+    arm.pending.push(observation);
     if arm.pending.len() >= config.feedback_batch {
         for observation in arm.pending.drain(..) {
             if policy.update(&observation).is_err() {

@@ -36,8 +36,7 @@ use uuid::Uuid;
 use super::candidate_log::{self, CandidateEntry, CandidateLogError};
 use super::decision_writer::{DecisionWriteError, DecisionWriter};
 use super::engine::{
-    CandidateEvidence, RecommendError, RecommendInput, Shown, learning_reward, prepare, rank,
-    record_evidence, timestamp_s,
+    Evidence, RecommendError, RecommendInput, Shown, learning_reward, prepare, rank, timestamp_s,
 };
 use super::exposure::{Exposure, ExposureCap};
 use super::features::{layout, policy_config};
@@ -175,9 +174,9 @@ struct OrgServing {
     /// The recommender model's candidates, by cluster (`None`: for every cluster).
     model_candidates: RwLock<Arc<ModelCandidates>>,
     /// Each priced model candidate's own evidence (by candidate id, and pooled by model version
-    /// under `engine::version_key`): its answers and their surprise, which correct its prior
-    /// (`engine::prior_offset`).
-    evidence: RwLock<HashMap<String, CandidateEvidence>>,
+    /// under `engine::version_key`): its answers, whose surprise against the shared model
+    /// corrects its prior (`engine::prior_offset`).
+    evidence: RwLock<Evidence>,
     /// Decisions headed by each model version and answers about its candidates (the exposure
     /// cap on new versions).
     exposure: Mutex<Exposure>,
@@ -594,9 +593,7 @@ impl Serving {
         let seed: u64 = rand::rng().random();
         let output = {
             let evidence = state.evidence.read().map_err(|_| poisoned())?;
-            rank(&policy, prepared, input.k, seed, |id| {
-                evidence.get(id).copied().unwrap_or_default()
-            })?
+            rank(&policy, prepared, input.k, seed, &evidence)?
         };
         // Time-ordered (v7): the decision log's keys then grow at the right edge of their
         // B-trees, so an insert touches the same few hot pages instead of a random leaf (which,
@@ -700,7 +697,7 @@ impl Serving {
 
     /// Hands one stored feedback row to its organization's learner, once.
     async fn learn(&self, row: LearnableFeedback) -> Result<(), ServeError> {
-        let Some((observation, accepted)) = observation_of(&row) else {
+        let Some(observation) = observation_of(&row) else {
             return Ok(());
         };
         {
@@ -720,24 +717,25 @@ impl Serving {
                 .map_err(|_| poisoned())?
                 .record_answer(version);
         }
-        // A priced model candidate's own evidence: the answer's surprise against what was
-        // predicted of it when shown, as logged (the prior mean alone for items logged before
-        // predictions were), so a restart and every replica replay the same.
-        let evidence = row.prior_mean.map(|prior_mean| {
-            (
-                candidate_id(&row.recommendation_id),
-                accepted,
-                row.predicted.unwrap_or(prior_mean),
-            )
-        });
-        if let Some((candidate, accepted, predicted)) = &evidence {
-            record_evidence(
-                &mut *state.evidence.write().map_err(|_| poisoned())?,
+        // A priced model candidate's own evidence: the shared model's observation of the
+        // answer (reward = answer − the prior mean logged with it), so a restart and every
+        // replica replay the same.
+        let priced_candidate = row
+            .prior_mean
+            .is_some()
+            .then(|| candidate_id(&row.recommendation_id));
+        if let Some(candidate) = &priced_candidate {
+            let layout = *state.policy.read().map_err(|_| poisoned())?.layout();
+            let recorded = state.evidence.write().map_err(|_| poisoned())?.record(
+                &layout,
                 candidate,
                 row.model_version_id.as_deref(),
-                *accepted,
-                *predicted,
+                &observation,
             );
+            if let Err(err) = recorded {
+                // The learner will refuse the same features; nothing to learn from.
+                tracing::warn!(org = %row.org_id, candidate, error = %err, "evidence not recorded");
+            }
         }
         let lesson = Lesson {
             row: LearnedRow {
@@ -745,7 +743,7 @@ impl Serving {
                 recommendation_id: row.recommendation_id,
                 received_at: row.received_at,
             },
-            evidence,
+            priced_candidate,
             model_version: row.model_version_id,
         };
         // A closed channel means the learner stopped (shutdown); nothing to do.
@@ -792,9 +790,8 @@ fn candidate_id(recommendation_id: &str) -> String {
 }
 
 /// The bandit observation of a feedback row: accepted or applied → 1, rejected → 0, less the
-/// prior mean a priced model candidate was ranked with (`engine::learning_reward`); and whether
-/// it was accepted.
-fn observation_of(row: &LearnableFeedback) -> Option<(Observation, bool)> {
+/// prior mean a priced model candidate was ranked with (`engine::learning_reward`).
+fn observation_of(row: &LearnableFeedback) -> Option<Observation> {
     let accepted = match FeedbackOutcome::parse(&row.outcome)? {
         FeedbackOutcome::Accepted | FeedbackOutcome::Applied => true,
         FeedbackOutcome::Rejected => false,
@@ -818,7 +815,7 @@ fn observation_of(row: &LearnableFeedback) -> Option<(Observation, bool)> {
         candidate,
         reward: learning_reward(accepted, row.prior_mean),
     };
-    Some((observation, accepted))
+    Some(observation)
 }
 
 /// A learner's own state: the policy it updates and its account of what that policy learned.
@@ -844,7 +841,14 @@ impl Learner {
         for (observation, lesson) in batch {
             match self.policy.update(&observation) {
                 // The ledger records only what the policy learned, so the two stay in step.
-                Ok(()) => self.ledger.record(lesson),
+                Ok(()) => {
+                    if let Err(err) = self
+                        .ledger
+                        .record(lesson, &observation, self.policy.layout())
+                    {
+                        tracing::warn!(org, id = %observation.id, error = %err, "evidence not recorded");
+                    }
+                }
                 Err(err) => {
                     tracing::warn!(org, id = %observation.id, error = %err, "feedback not learned");
                 }

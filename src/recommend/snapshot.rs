@@ -19,16 +19,19 @@
 
 use std::collections::HashMap;
 
-use bandit::{PolicyState, ThompsonPolicy};
+use bandit::{FeatureLayout, Observation, PolicyState, ThompsonPolicy};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::engine::{CandidateEvidence, record_evidence};
+use super::engine::Evidence;
 use super::warm_start::WarmStartCounts;
 
 /// The snapshot format this code writes and reads (`bandit_state.state_version`).
-pub const SNAPSHOT_FORMAT: i32 = 1;
+/// Format 2: a priced candidate's evidence holds the sums of its answers' rewards and
+/// interaction vectors instead of a running sum of surprises (a format-1 snapshot is refused and
+/// the server replays the whole log, which rebuilds it).
+pub const SNAPSHOT_FORMAT: i32 = 2;
 
 /// One feedback row the learner learned: its item and when it was received.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,9 +45,9 @@ pub struct LearnedRow {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lesson {
     pub row: LearnedRow,
-    /// A priced model candidate's answer: its candidate id, whether it was accepted and what
-    /// was predicted of it when shown.
-    pub evidence: Option<(String, bool, f64)>,
+    /// A priced model candidate's answer: its candidate id (the shared model's observation of
+    /// the answer is the evidence).
+    pub priced_candidate: Option<String>,
     /// The model version whose candidate was answered (the exposure cap counts answers).
     pub model_version: Option<String>,
 }
@@ -55,7 +58,7 @@ pub struct Lesson {
 pub struct Ledger {
     /// Each priced model candidate's evidence, by candidate id, and pooled by model version
     /// (`engine::version_key`).
-    pub evidence: HashMap<String, CandidateEvidence>,
+    pub evidence: Evidence,
     /// Answers about each model version's candidates.
     pub answers: HashMap<String, u64>,
     /// The newest `received_at` learned.
@@ -73,27 +76,37 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Records one lesson the policy has just learned.
-    pub fn record(&mut self, lesson: Lesson) {
-        if let Some((candidate_id, accepted, predicted)) = &lesson.evidence {
-            record_evidence(
-                &mut self.evidence,
-                candidate_id,
-                lesson.model_version.as_deref(),
-                *accepted,
-                *predicted,
-            );
-        }
-        if let Some(version) = lesson.model_version {
-            *self.answers.entry(version).or_insert(0) += 1;
-        }
-        let received_at = lesson.row.received_at;
+    /// Records one lesson the policy has just learned as `observation`. A priced candidate's
+    /// evidence needs its features to fit `layout`, the policy's (they do when the policy took
+    /// the observation); if they do not, the lesson is counted and the error returned.
+    pub fn record(
+        &mut self,
+        lesson: Lesson,
+        observation: &Observation,
+        layout: &FeatureLayout,
+    ) -> Result<(), bandit::BanditError> {
+        let Lesson {
+            row,
+            priced_candidate,
+            model_version,
+        } = lesson;
+        let received_at = row.received_at;
         self.learned_through = Some(
             self.learned_through
                 .map_or(received_at, |t| t.max(received_at)),
         );
-        self.recent.push(lesson.row);
+        self.recent.push(row);
         self.lessons += 1;
+        if let Some(version) = &model_version {
+            *self.answers.entry(version.clone()).or_insert(0) += 1;
+        }
+        match priced_candidate {
+            Some(candidate_id) => {
+                self.evidence
+                    .record(layout, &candidate_id, model_version.as_deref(), observation)
+            }
+            None => Ok(()),
+        }
     }
 
     /// Forgets the rows received at or before `learned_through − overlap`: the cutoff covers
@@ -184,8 +197,22 @@ mod tests {
     fn lesson(second: i64, id: &str) -> Lesson {
         Lesson {
             row: row(second, id),
-            evidence: Some(("c-1".into(), true, 0.25)),
+            priced_candidate: Some("c-1".into()),
             model_version: Some("mv".into()),
+        }
+    }
+
+    /// The shared model's observation of an acceptance of an idea priced 0.25.
+    fn accepted(id: &str) -> Observation {
+        let layout = layout();
+        let mut context = vec![0.0; layout.context_dims()];
+        context[0] = 1.0;
+        Observation {
+            id: id.into(),
+            timestamp_s: 0.0,
+            context,
+            candidate: vec![0.5; layout.candidate_dims],
+            reward: crate::recommend::engine::learning_reward(true, Some(0.25)),
         }
     }
 
@@ -193,7 +220,9 @@ mod tests {
     fn the_ledger_keeps_only_the_rows_past_the_cutoff() {
         let mut ledger = Ledger::default();
         for (second, id) in [(0, "a"), (50, "b"), (100, "c"), (90, "d")] {
-            ledger.record(lesson(second, id));
+            ledger
+                .record(lesson(second, id), &accepted(id), &layout())
+                .unwrap();
         }
         ledger.prune(TimeDelta::seconds(30));
         let kept: Vec<&str> = ledger
@@ -205,10 +234,21 @@ mod tests {
         assert_eq!(ledger.learned_through, Some(row(100, "").received_at));
         assert_eq!(ledger.lessons, 4);
         assert_eq!(ledger.answers["mv"], 4);
-        assert_eq!(ledger.evidence["c-1"].answers, 4);
-        assert!((ledger.evidence["c-1"].surprise - 3.0).abs() < 1e-12);
-        let pooled = ledger.evidence[&crate::recommend::engine::version_key("mv")];
+        assert_eq!(ledger.evidence.get("c-1").unwrap().answers, 4);
+        let own = ledger.evidence.get("c-1").unwrap();
+        assert!((own.residual - 3.0).abs() < 1e-12);
+        assert!((own.interactions[0] - 2.0).abs() < 1e-12);
+        let pooled = ledger
+            .evidence
+            .get(&crate::recommend::engine::version_key("mv"))
+            .unwrap();
         assert_eq!(pooled.answers, 4);
+        // A lesson whose features do not fit the layout is counted, its evidence refused.
+        let mut bad = accepted("e");
+        bad.candidate.pop();
+        assert!(ledger.record(lesson(120, "e"), &bad, &layout()).is_err());
+        assert_eq!(ledger.lessons, 5);
+        assert_eq!(ledger.evidence.get("c-1").unwrap().answers, 4);
     }
 
     #[test]
@@ -221,7 +261,9 @@ mod tests {
         assert_eq!(restored.to_state(), policy.to_state());
         assert_eq!(restored_ledger, ledger);
 
-        ledger.record(lesson(0, "a"));
+        ledger
+            .record(lesson(0, "a"), &accepted("a"), &layout())
+            .unwrap();
         let json = serde_json::to_string(&OrgSnapshot::take(&policy, &ledger)).unwrap();
         assert!(matches!(
             OrgSnapshot::restore(SNAPSHOT_FORMAT, &json),
@@ -239,5 +281,11 @@ mod tests {
             OrgSnapshot::restore(SNAPSHOT_FORMAT, "{\"policy\": 1}"),
             Err(SnapshotError::Syntax(_))
         ));
+        // With the lesson learned, the evidence round-trips with the policy.
+        policy.update(&accepted("a")).unwrap();
+        let json = serde_json::to_string(&OrgSnapshot::take(&policy, &ledger)).unwrap();
+        let (restored, restored_ledger) = OrgSnapshot::restore(SNAPSHOT_FORMAT, &json).unwrap();
+        assert_eq!(restored.to_state(), policy.to_state());
+        assert_eq!(restored_ledger, ledger);
     }
 }

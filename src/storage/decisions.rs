@@ -313,16 +313,13 @@ pub struct LearnableFeedback {
     /// The prior mean the item was ranked with (a priced model candidate): the learner learns
     /// the answer's residual from it.
     pub prior_mean: Option<f64>,
-    /// What the shared model and the prior predicted of it when shown (NULL for items logged
-    /// before sql/0013 and for unpriced ones).
-    pub predicted: Option<f64>,
     /// The model version of a model candidate (the exposure cap counts its answers).
     pub model_version_id: Option<String>,
 }
 
 const LEARNABLE_SQL: &str = "SELECT f.org_id, f.event_id, f.recommendation_id, f.outcome, f.reliability_delta, f.received_at,
         l.created_at AS decided_at, l.policy_version, l.context_features, i.candidate_features,
-        i.prior_mean, i.predicted, i.model_version_id
+        i.prior_mean, i.model_version_id
  FROM feedback f
  JOIN decision_items i ON i.org_id = f.org_id AND i.event_id = f.event_id AND i.recommendation_id = f.recommendation_id
  JOIN decision_log l ON l.org_id = f.org_id AND l.event_id = f.event_id";

@@ -76,6 +76,20 @@ proptest! {
         let oracle: f64 = x.iter().zip(&mean).map(|(a, b)| a * b).sum();
         let score = policy.mean_score(&z, &c).unwrap();
         prop_assert!((score - oracle).abs() < 1e-8 * (1.0 + oracle.abs()), "{score} vs {oracle}");
+        // mean_score_of_sum(Σx) = Σ x·μ over the observations, against the oracle mean.
+        let mut sum = vec![0.0; d];
+        let mut oracle_total = 0.0;
+        for obs in &observations {
+            let x = layout.interaction(&obs.context, &obs.candidate).unwrap();
+            oracle_total += x.iter().zip(&mean).map(|(a, b)| a * b).sum::<f64>();
+            for (s, v) in sum.iter_mut().zip(&x) {
+                *s += v;
+            }
+        }
+        let total = policy.mean_score_of_sum(&sum).unwrap();
+        prop_assert!((total - oracle_total).abs() < 1e-7 * (1.0 + oracle_total.abs()), "{total} vs {oracle_total}");
+        prop_assert_eq!(policy.mean_score_of_sum(&[]).unwrap(), 0.0);
+        prop_assert!(policy.mean_score_of_sum(&sum[1..]).is_err());
     }
 
     /// The incrementally updated factor equals a fresh factor of the stored Λ for both models
