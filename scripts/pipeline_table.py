@@ -3,6 +3,7 @@
 seeds (the RL runs' training seeds) and traffic seeds, averaged, with paired bootstrap intervals.
 
     pipeline_table.py PIPELINE_DIR [--window last_quarter|cold_start] [--json]
+        [--against OTHER_DIR]
 
 Reads PIPELINE_DIR/s{seed}-t{traffic}.json (`bench pipeline --json`). For every arm, the mean over
 (model seed, traffic seed) cells of its true acceptance in the window; each comparison with the
@@ -10,6 +11,14 @@ heuristics-only bandit "(a) heuristics" or random order is paired on the same ce
 a cluster bootstrap (10,000 resamples) that draws model seeds with replacement, then each drawn
 seed's traffic seeds with replacement, so both the spread between trained models and between
 traffic draws count; 2.5% and 97.5% percentiles. Seeded, so reproducible.
+
+--against OTHER_DIR compares two rankers on the same menus and traffic instead (e.g. two
+binaries' `bench pipeline` runs on one pipeline-experiment's candidate files): for every arm in
+both (the bandit arms: random order and the oracles do not depend on the ranker), its
+acceptance in PIPELINE_DIR minus in OTHER_DIR, and the same for its model picks' and
+heuristic picks' acceptance and its model share, paired on the cells both hold. (The picks' and
+the share are the last quarter's whatever the window, as in the main table: the reports hold
+them for the last quarter only.)
 """
 import argparse
 import json
@@ -114,6 +123,32 @@ def table(cells, window):
     return rows
 
 
+def against(cells, other, window):
+    """Each arm's figures in `cells` minus the same arm's in `other`, paired on shared cells."""
+    rng = random.Random(SEED)
+    shared = sorted(set(cells) & set(other))
+    cells = {k: cells[k] for k in shared}
+    other = {k: other[k] for k in shared}
+    # Random order and the oracles do not depend on the ranker: only the bandit arms differ.
+    arms = [a["arm"] for a in next(iter(cells.values()))["arms"] if a["kind"] == "thompson"]
+    other_arms = {a["arm"] for r in other.values() for a in r["arms"]}
+    rows = []
+    for arm in arms:
+        if arm not in other_arms:
+            continue
+        row = {"arm": arm, "cells": len(shared)}
+        for key, field in (
+            ("acceptance", window),
+            ("model_picks", "model_pick_acceptance"),
+            ("heuristic_picks", "heuristic_pick_acceptance"),
+            ("model_share", "model_share_last_quarter"),
+        ):
+            first, second = grid(cells, arm, field), grid(other, arm, field)
+            row[key] = paired(first, second, rng) if first and second else None
+        rows.append(row)
+    return rows
+
+
 def fmt(interval):
     if interval is None:
         return "-"
@@ -126,10 +161,26 @@ def main(argv=None):
     parser.add_argument("directory")
     parser.add_argument("--window", choices=["last_quarter", "cold_start"], default="last_quarter")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--against", metavar="OTHER_DIR")
     args = parser.parse_args(argv)
     cells = load(args.directory)
     if not cells:
         sys.exit(f"{args.directory}: no s<seed>-t<traffic>.json reports")
+    if args.against:
+        other = load(args.against)
+        if not set(cells) & set(other):
+            sys.exit(f"{args.against}: no report on the same (model seed, traffic seed) as {args.directory}")
+        rows = against(cells, other, args.window)
+        if args.json:
+            print(json.dumps(rows))
+            return
+        print(f"{args.directory} − {args.against}, window {args.window}, {rows[0]['cells'] if rows else 0} shared cells")
+        print(f"{'arm':<28} {'acceptance [95% CI]':>26} {'model picks (last q.)':>26} "
+              f"{'heuristic picks (last q.)':>26} {'model share (last q.)':>26}")
+        for r in rows:
+            print(f"{r['arm']:<28} {fmt(r['acceptance']):>26} {fmt(r['model_picks']):>26} "
+                  f"{fmt(r['heuristic_picks']):>26} {fmt(r['model_share']):>26}")
+        return
     rows = table(cells, args.window)
     if args.json:
         print(json.dumps(rows))
