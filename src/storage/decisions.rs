@@ -51,7 +51,8 @@ pub struct DecisionItemRecord {
     /// Heuristic or model (with its version and the prior it was ranked with).
     pub source: CandidateSource,
     /// For a priced model candidate, what the shared model and its prior predicted of it when
-    /// shown (its own evidence is the answers' surprise against this).
+    /// shown (for analysts: its corrections are measured against the shared model as it is at
+    /// each ranking, `recommend::engine::CandidateEvidence`).
     pub predicted: Option<f64>,
     /// The expected cost change per run it was served with (counted for accepted items,
     /// sql/0018).
