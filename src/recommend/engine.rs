@@ -139,7 +139,8 @@ pub fn timestamp_s(t: chrono::DateTime<chrono::Utc>) -> f64 {
 /// the same residual from the same answers, so a surprise recorded before the shared model had
 /// learned it stays in the sum after it has — a double correction that sinks a version's ideas
 /// long after the shared model stopped overrating them (measured in `bench pipeline` once the
-/// warm start taught the shared model raw acceptance: README, "The pipeline").
+/// warm start taught the shared model raw acceptance: README, "Corrections against the shared
+/// model as it is now").
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CandidateEvidence {
@@ -219,6 +220,33 @@ impl Evidence {
     /// The evidence under a candidate id or a [`version_key`].
     pub fn get(&self, key: &str) -> Option<&CandidateEvidence> {
         self.0.get(key)
+    }
+
+    /// Checks evidence read from storage fits a policy of dimension `dim`: every sum finite,
+    /// and Σx empty exactly when nothing was answered, else of length `dim`. The error names the
+    /// first key that does not (in key order, so the same state names the same key).
+    pub fn check(&self, dim: usize) -> Result<(), String> {
+        let mut keys: Vec<&String> = self.0.keys().collect();
+        keys.sort();
+        for key in keys {
+            let e = &self.0[key];
+            let length_ok = if e.answers == 0 {
+                e.interactions.is_empty()
+            } else {
+                e.interactions.len() == dim
+            };
+            if !length_ok {
+                return Err(format!(
+                    "evidence {key}: {} answers but {} summed interactions (the policy has {dim})",
+                    e.answers,
+                    e.interactions.len()
+                ));
+            }
+            if !e.residual.is_finite() || e.interactions.iter().any(|v| !v.is_finite()) {
+                return Err(format!("evidence {key}: a sum is not finite"));
+            }
+        }
+        Ok(())
     }
 
     fn surprise(

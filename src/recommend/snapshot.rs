@@ -149,6 +149,8 @@ pub enum SnapshotError {
         warm: u64,
         observations: u64,
     },
+    #[error("snapshot {0}")]
+    Evidence(String),
 }
 
 impl OrgSnapshot {
@@ -177,6 +179,11 @@ impl OrgSnapshot {
                 observations: policy.observations(),
             });
         }
+        snapshot
+            .ledger
+            .evidence
+            .check(policy.dim())
+            .map_err(SnapshotError::Evidence)?;
         Ok((policy, snapshot.ledger))
     }
 }
@@ -287,5 +294,16 @@ mod tests {
         let (restored, restored_ledger) = OrgSnapshot::restore(SNAPSHOT_FORMAT, &json).unwrap();
         assert_eq!(restored.to_state(), policy.to_state());
         assert_eq!(restored_ledger, ledger);
+        // Evidence that does not fit the policy (a damaged row) is refused, naming its key.
+        let mut damaged: serde_json::Value = serde_json::from_str(&json).unwrap();
+        damaged["ledger"]["evidence"]["c-1"]["interactions"]
+            .as_array_mut()
+            .unwrap()
+            .pop();
+        let err = OrgSnapshot::restore(SNAPSHOT_FORMAT, &damaged.to_string()).unwrap_err();
+        assert!(
+            matches!(&err, SnapshotError::Evidence(why) if why.contains("c-1")),
+            "{err}"
+        );
     }
 }
