@@ -17,7 +17,8 @@ use crate::candidates::CandidateIndex;
 use crate::clustering::ClusterModel;
 use crate::plot::{Panel, Series, write_png};
 use crate::recommend::pipeline_bench::{
-    ArmKind, ModelMenu, OrgData, PipelineConfig, PipelineReport, run as run_bench, warm_start,
+    ArmKind, ModelMenu, OrgData, PipelineConfig, PipelineReport, ReasonPicks, run as run_bench,
+    warm_start,
 };
 use crate::recommend::service::WARM_START_DECISIONS;
 use crate::recommend::warm_start::LoggedDecision;
@@ -249,6 +250,36 @@ fn print_table(report: &PipelineReport, seconds: f64) {
         "model share / picks: last quarter ({} rounds); vs (a): last quarter minus the heuristics-only bandit's",
         report.last_quarter_rounds
     );
+    let reasons: Vec<_> = report
+        .arms
+        .iter()
+        .filter_map(|a| Some((a, a.model_picks_by_reason?)))
+        .filter(|(_, by)| by.uniform.picks + by.mean.picks + by.draw.picks > 0)
+        .collect();
+    if !reasons.is_empty() {
+        println!(
+            "why the model's last-quarter picks were picked (picks: their acceptance / what they displaced, overrated by):"
+        );
+        let show = |r: ReasonPicks| {
+            format!(
+                "{} ({} / {}, {})",
+                r.picks,
+                or_dash(r.acceptance),
+                or_dash(r.alternative_acceptance),
+                r.overrating
+                    .map_or_else(|| "-".to_owned(), |v| format!("{v:+.3}"))
+            )
+        };
+        for (a, by) in reasons {
+            println!(
+                "  {:<28} mean first {}; draw {}; ε-uniform {}",
+                a.arm,
+                show(by.mean),
+                show(by.draw),
+                show(by.uniform)
+            );
+        }
+    }
 }
 
 /// Two panels: the bandit arms, and the menu oracles; random order in both, so each menu has

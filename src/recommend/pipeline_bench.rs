@@ -24,7 +24,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::benchmark::input_of;
-use super::engine::{Evidence, Prepared, RecommendError, learning_reward, prepare, rank};
+use super::engine::{
+    Evidence, Prepared, RecommendError, learning_reward, offsets_for, prepare, rank,
+};
 use super::features::layout;
 use super::placement::place;
 use super::warm_start::{LoggedDecision, WarmStartCounts, observations};
@@ -141,12 +143,62 @@ pub struct ArmResult {
     pub model_pick_acceptance: Option<f64>,
     /// Mean true acceptance of the last quarter's heuristic picks (`None`: none).
     pub heuristic_pick_acceptance: Option<f64>,
+    /// Why a bandit arm's last-quarter model-sourced picks were picked (`None` for random order
+    /// and the oracles).
+    pub model_picks_by_reason: Option<PicksByReason>,
     /// Rounds the arm could not rank (a bandit error); must be 0.
     pub errors: usize,
     /// Mean model candidates on the menu per round.
     pub mean_model_candidates: f64,
     /// (round, mean true acceptance over the rounds since the previous point).
     pub curve: Vec<(f64, f64)>,
+}
+
+/// Why a bandit put a candidate first: its ε-uniform order, or its posterior draw — which
+/// either agreed with the posterior mean's first (the model's estimate preferred it) or not
+/// (the draw explored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PickReason {
+    /// The ε-uniform order.
+    Uniform,
+    /// The draw put first what the posterior mean also ranks first.
+    Mean,
+    /// The draw put first what the posterior mean does not.
+    Draw,
+}
+
+/// One reason's model-sourced picks in the last quarter.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ReasonPicks {
+    pub picks: usize,
+    /// Their mean true acceptance.
+    pub acceptance: Option<f64>,
+    /// The mean true acceptance of what the posterior mean ranked first in the same rounds
+    /// (for `mean`, the best heuristic by the mean instead: what the pick displaced).
+    pub alternative_acceptance: Option<f64>,
+    /// Their mean score (the posterior mean with the candidate's prior and corrections) less
+    /// their true acceptance: how far the bandit overrated what it picked.
+    pub overrating: Option<f64>,
+}
+
+/// A bandit arm's last-quarter model-sourced picks, by [`PickReason`]: where an arm that adds
+/// a model's candidates loses to the heuristics-only arm.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PicksByReason {
+    pub uniform: ReasonPicks,
+    pub mean: ReasonPicks,
+    pub draw: ReasonPicks,
+}
+
+/// How one Thompson round's pick came about (see [`PickReason`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct PickTrace {
+    reason: PickReason,
+    /// The pick's mean score less its true acceptance.
+    overrating: f64,
+    /// The true acceptance of the alternative ([`ReasonPicks::alternative_acceptance`]).
+    alternative: Option<f64>,
 }
 
 /// The whole report.
@@ -180,6 +232,8 @@ struct Arm {
     truth: Vec<f64>,
     drawn: Vec<bool>,
     from_model: Vec<Option<bool>>,
+    /// Thompson arms: how each round's pick came about.
+    traces: Vec<Option<PickTrace>>,
     errors: usize,
     model_candidates: usize,
 }
@@ -219,6 +273,7 @@ pub fn run(
             truth: Vec::with_capacity(config.rounds),
             drawn: Vec::with_capacity(config.rounds),
             from_model: Vec::with_capacity(config.rounds),
+            traces: Vec::with_capacity(config.rounds),
             errors: 0,
             model_candidates: 0,
         });
@@ -326,6 +381,7 @@ fn play(
     config: &PipelineConfig,
 ) {
     let diffs: Vec<&Value> = menu.candidates.iter().map(|(c, _)| &c.diff).collect();
+    let mut trace = None;
     let pick: Option<usize> = match arm.kind {
         _ if diffs.is_empty() => None,
         ArmKind::Random => Some(arm.rng.random_range(0..diffs.len())),
@@ -340,7 +396,21 @@ fn play(
                 .as_deref()
                 .map(|policy| rank(policy, menu.clone(), 1, seed, &arm.evidence));
             match ranked {
-                Some(Ok(output)) => output.shown.first().map(|s| s.item.candidate),
+                Some(Ok(output)) => {
+                    let first = output.shown.first();
+                    if let (Some(shown), Some(policy)) = (first, arm.policy.as_deref())
+                        && is_model(&shown.candidate)
+                    {
+                        trace =
+                            trace_pick(policy, &arm.evidence, menu, &output.ranking, shown, |i| {
+                                environment.acceptance_probability(ctx, &menu.candidates[i].0.diff)
+                            });
+                        if trace.is_none() {
+                            arm.errors += 1;
+                        }
+                    }
+                    first.map(|s| s.item.candidate)
+                }
                 Some(Err(_)) | None => {
                     arm.errors += 1;
                     None
@@ -348,6 +418,7 @@ fn play(
             }
         }
     };
+    arm.traces.push(trace);
     let Some(pick) = pick else {
         arm.truth.push(0.0);
         arm.drawn.push(false);
@@ -395,6 +466,52 @@ fn play(
     }
 }
 
+/// How a Thompson arm's model-sourced pick `shown` came about: ε's uniform order, or the draw —
+/// agreeing with the posterior mean's first or not — with the true acceptance (`truth` of a
+/// menu index) of what it displaced. `None` when the means cannot be computed (the ranking
+/// itself would have failed first).
+fn trace_pick(
+    policy: &ThompsonPolicy,
+    evidence: &Evidence,
+    menu: &Prepared,
+    ranking: &bandit::Ranking,
+    shown: &super::engine::Shown,
+    truth: impl Fn(usize) -> f64,
+) -> Option<PickTrace> {
+    let offsets = offsets_for(policy, &menu.candidates, evidence).ok()?;
+    let means: Vec<f64> = menu
+        .candidates
+        .iter()
+        .enumerate()
+        .map(|(i, (_, c))| {
+            policy
+                .mean_score(&menu.context, c)
+                .map(|m| m + offsets.get(i).map_or(0.0, |o| o.mean))
+        })
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let best = |keep: &dyn Fn(usize) -> bool| {
+        (0..means.len())
+            .filter(|&i| keep(i))
+            .max_by(|&a, &b| means[a].total_cmp(&means[b]))
+    };
+    let pick = shown.item.candidate;
+    let mean_first = best(&|_| true)?;
+    let (reason, alternative) = if ranking.explored {
+        (PickReason::Uniform, Some(mean_first))
+    } else if mean_first == pick {
+        let heuristic = best(&|i| !is_model(&menu.candidates[i].0));
+        (PickReason::Mean, heuristic)
+    } else {
+        (PickReason::Draw, Some(mean_first))
+    };
+    Some(PickTrace {
+        reason,
+        overrating: means[pick] - truth(pick),
+        alternative: alternative.map(truth),
+    })
+}
+
 fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
     let (mut n, mut sum) = (0usize, 0.0);
     for v in values {
@@ -415,6 +532,30 @@ fn summarize(
     let tail = rounds.saturating_sub(quarter);
     let last = || (tail..rounds).map(|i| (arm.truth[i], arm.from_model[i]));
     let picks = last().filter(|(_, m)| m.is_some()).count();
+    let by_reason = |reason: PickReason| {
+        let traced: Vec<(f64, PickTrace)> = (tail..rounds)
+            .filter(|&i| arm.from_model[i] == Some(true))
+            .filter_map(|i| {
+                arm.traces
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .map(|t| (arm.truth[i], t))
+            })
+            .filter(|(_, t)| t.reason == reason)
+            .collect();
+        ReasonPicks {
+            picks: traced.len(),
+            acceptance: mean(traced.iter().map(|(truth, _)| *truth)),
+            alternative_acceptance: mean(traced.iter().filter_map(|(_, t)| t.alternative)),
+            overrating: mean(traced.iter().map(|(_, t)| t.overrating)),
+        }
+    };
+    let model_picks_by_reason = (arm.kind == ArmKind::Thompson).then(|| PicksByReason {
+        uniform: by_reason(PickReason::Uniform),
+        mean: by_reason(PickReason::Mean),
+        draw: by_reason(PickReason::Draw),
+    });
     let model_picks = last().filter(|(_, m)| *m == Some(true)).count();
     let points = config.curve_points.clamp(1, rounds.max(1));
     let width = rounds.div_ceil(points).max(1);
@@ -441,6 +582,7 @@ fn summarize(
         },
         model_pick_acceptance: mean(last().filter(|(_, m)| *m == Some(true)).map(|(t, _)| t)),
         heuristic_pick_acceptance: mean(last().filter(|(_, m)| *m == Some(false)).map(|(t, _)| t)),
+        model_picks_by_reason,
         errors: arm.errors,
         mean_model_candidates: arm.model_candidates as f64 / rounds.max(1) as f64,
         curve,
@@ -549,7 +691,27 @@ mod tests {
             let split = a.model_share_last_quarter * a.model_pick_acceptance.unwrap_or(0.0)
                 + (1.0 - a.model_share_last_quarter) * a.heuristic_pick_acceptance.unwrap_or(0.0);
             assert!((split - a.last_quarter).abs() < 1e-9, "{a:?}");
+            // Every last-quarter model pick of a bandit arm has one reason; the others have none.
+            match (a.kind, a.model_picks_by_reason) {
+                (ArmKind::Thompson, Some(by)) => {
+                    let traced = by.uniform.picks + by.mean.picks + by.draw.picks;
+                    let model_picks = (a.model_share_last_quarter * 100.0).round() as usize;
+                    assert_eq!(traced, model_picks, "{a:?}");
+                    for r in [by.uniform, by.mean, by.draw] {
+                        assert_eq!(r.acceptance.is_some(), r.picks > 0, "{a:?}");
+                        assert!(r.acceptance.is_none_or(|v| (0.0..=1.0).contains(&v)));
+                    }
+                }
+                (ArmKind::Thompson, None) => panic!("a bandit arm without its reasons: {a:?}"),
+                (_, by) => assert!(by.is_none(), "{a:?}"),
+            }
         }
+        // The priced idea is picked, and mostly because the mean (its prior 0.8) ranks it first.
+        let priced = arm(&report, "+ m1").model_picks_by_reason.unwrap();
+        assert!(
+            priced.mean.picks > priced.draw.picks + priced.uniform.picks,
+            "{priced:?}"
+        );
         // Heuristic menus never show a model idea; the model menus hold the idea every round.
         for name in [
             "random heuristic order",
