@@ -12,6 +12,12 @@ a cluster bootstrap (10,000 resamples) that draws model seeds with replacement, 
 seed's traffic seeds with replacement, so both the spread between trained models and between
 traffic draws count; 2.5% and 97.5% percentiles. Seeded, so reproducible.
 
+Each bandit arm's row also says why its last-quarter model picks were picked (reports from
+`bench pipeline` with `model_picks_by_reason`; older reports have none): for each reason — the
+posterior mean ranked the pick first, the draw explored, ε's uniform order — the mean picks per
+cell, their acceptance (pick-weighted) and that acceptance minus what they displaced, paired per
+cell with the same bootstrap.
+
 --against OTHER_DIR compares two rankers on the same menus and traffic instead (e.g. two
 binaries' `bench pipeline` runs on one pipeline-experiment's candidate files): for every arm in
 both (the bandit arms: random order and the oracles do not depend on the ranker), its
@@ -91,6 +97,36 @@ def paired(first, second, rng):
     return grid_mean(diffs), lo, hi
 
 
+REASONS = ("mean", "draw", "uniform")
+
+
+def reason_rows(cells, arm, rng):
+    """{reason: {picks, acceptance, vs_displaced}} of an arm's last-quarter model picks, or None."""
+    out = {}
+    for reason in REASONS:
+        picks, weighted, diffs = [], 0.0, {}
+        for (m, _t), report in sorted(cells.items()):
+            for a in report["arms"]:
+                by = a.get("model_picks_by_reason") if a["arm"] == arm else None
+                if not by:
+                    continue
+                r = by[reason]
+                picks.append(r["picks"])
+                if r["picks"] and r["acceptance"] is not None:
+                    weighted += r["picks"] * r["acceptance"]
+                    if r["alternative_acceptance"] is not None:
+                        diffs.setdefault(m, []).append(r["acceptance"] - r["alternative_acceptance"])
+        if not picks:
+            return None
+        zeros = {m: [0.0] * len(v) for m, v in diffs.items()}
+        out[reason] = {
+            "picks": mean(picks),
+            "acceptance": weighted / sum(picks) if sum(picks) else None,
+            "vs_displaced": paired(diffs, zeros, rng) if diffs else None,
+        }
+    return out
+
+
 def table(cells, window):
     rng = random.Random(SEED)
     arms = [a["arm"] for a in next(iter(cells.values()))["arms"]]
@@ -118,6 +154,7 @@ def table(cells, window):
             "errors": sum(
                 a["errors"] for r in cells.values() for a in r["arms"] if a["arm"] == arm
             ),
+            "model_picks_by_reason": reason_rows(cells, arm, rng),
         }
         rows.append(row)
     return rows
@@ -195,6 +232,16 @@ def main(argv=None):
         print(f"{r['arm']:<28} {r['cells']:>5} {r['acceptance']:>10.3f} {fmt(r['vs_a']):>26} "
               f"{r['x_random']:>8.2f} {r['model_share']:>11.3f} {opt(r['model_picks']):>11} "
               f"{opt(r['heuristic_picks']):>11} {fmt(r['model_minus_heuristic_picks']):>26} {r['errors']:>6}")
+    traced = [r for r in rows if r["model_picks_by_reason"] and r["model_share"] > 0]
+    if traced:
+        print("why the model's last-quarter picks were picked: picks per cell, acceptance, minus what they displaced [95% CI]")
+        for r in traced:
+            parts = []
+            for reason in REASONS:
+                x = r["model_picks_by_reason"][reason]
+                acc = "-" if x["acceptance"] is None else f"{x['acceptance']:.3f}"
+                parts.append(f"{reason} {x['picks']:.0f}, {acc}, {fmt(x['vs_displaced'])}")
+            print(f"  {r['arm']:<26} " + "; ".join(parts))
 
 
 if __name__ == "__main__":

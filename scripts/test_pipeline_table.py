@@ -79,6 +79,32 @@ def test_against_pairs_the_same_arm_over_the_shared_cells():
         assert rows["(a) heuristics"]["model_picks"] is None
 
 
+def test_reasons_weight_acceptance_by_picks_and_pair_what_was_displaced():
+    def reasons(mean_picks, mean_acc):
+        empty = {"picks": 0, "acceptance": None, "alternative_acceptance": None, "overrating": None}
+        return {"mean": {"picks": mean_picks, "acceptance": mean_acc,
+                         "alternative_acceptance": mean_acc - 0.1, "overrating": 0.05},
+                "draw": {"picks": 10, "acceptance": 0.4, "alternative_acceptance": 0.5,
+                         "overrating": 0.0},
+                "uniform": empty}
+    with tempfile.TemporaryDirectory() as d:
+        for m, (picks, acc) in enumerate([(100, 0.6), (300, 0.5)], start=1):
+            report = {"arms": [arm("random heuristic order", 0.25), arm("(a) heuristics", 0.5),
+                               {**arm("+ rl", 0.5, 0.5, 0.5, 0.5),
+                                "model_picks_by_reason": reasons(picks, acc)}]}
+            (Path(d) / f"s{m}-t1.json").write_text(json.dumps(report))
+        rows = {r["arm"]: r for r in table.table(table.load(d), "last_quarter")}
+        by = rows["+ rl"]["model_picks_by_reason"]
+        assert by["mean"]["picks"] == 200
+        assert abs(by["mean"]["acceptance"] - (100 * 0.6 + 300 * 0.5) / 400) < 1e-12
+        point, lo, hi = by["mean"]["vs_displaced"]
+        assert abs(point - 0.1) < 1e-9 and abs(lo - 0.1) < 1e-9 and abs(hi - 0.1) < 1e-9
+        assert abs(by["draw"]["vs_displaced"][0] + 0.1) < 1e-9
+        assert by["uniform"] == {"picks": 0, "acceptance": None, "vs_displaced": None}
+        # Reports from before the trace (no field): no breakdown, not an error.
+        assert rows["(a) heuristics"]["model_picks_by_reason"] is None
+
+
 if __name__ == "__main__":
     for name, test in sorted(globals().items()):
         if name.startswith("test_") and callable(test):
