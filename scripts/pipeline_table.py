@@ -16,7 +16,10 @@ Each bandit arm's row also says why its last-quarter model picks were picked (re
 `bench pipeline` with `model_picks_by_reason`; older reports have none): for each reason — the
 posterior mean ranked the pick first, the draw explored, ε's uniform order — the mean picks per
 cell, their acceptance (pick-weighted) and that acceptance minus what they displaced, paired per
-cell with the same bootstrap.
+cell with the same bootstrap. And each arm with a model's candidates, against (a) round by
+round (reports with `against_heuristics_arm`): the rounds its top-1 was a model idea and those
+it was a heuristic, the mean gain over (a)'s top-1 in the same rounds, and each part's share of
+the arm's gain over (a) (the two parts add up to it).
 
 --against OTHER_DIR compares two rankers on the same menus and traffic instead (e.g. two
 binaries' `bench pipeline` runs on one pipeline-experiment's candidate files): for every arm in
@@ -127,6 +130,38 @@ def reason_rows(cells, arm, rng):
     return out
 
 
+SOURCES = ("model", "heuristic")
+
+
+def paired_rows(cells, arm, rng):
+    """{source: {rounds, gain, contribution}} of a model arm's last quarter against (a) in the
+    same rounds, split by the source of the arm's top-1 (`against_heuristics_arm`), or None.
+    gain: the mean per round, paired per cell; contribution: rounds × gain / the last quarter's
+    rounds, the source's part of the arm's last-quarter gain over (a) (the two add up to it)."""
+    out = {}
+    for source in SOURCES:
+        rounds, gains, parts = [], {}, {}
+        for (m, _t), report in sorted(cells.items()):
+            for a in report["arms"]:
+                p = a.get("against_heuristics_arm") if a["arm"] == arm else None
+                if not p:
+                    continue
+                n, gain = p[f"{source}_rounds"], p[f"{source}_gain"]
+                rounds.append(n)
+                if gain is not None:
+                    gains.setdefault(m, []).append(gain)
+                parts.setdefault(m, []).append(n * (gain or 0.0) / report["last_quarter_rounds"])
+        if not rounds:
+            return None
+        zeros = lambda g: {m: [0.0] * len(v) for m, v in g.items()}
+        out[source] = {
+            "rounds": mean(rounds),
+            "gain": paired(gains, zeros(gains), rng) if gains else None,
+            "contribution": paired(parts, zeros(parts), rng),
+        }
+    return out
+
+
 def table(cells, window):
     rng = random.Random(SEED)
     arms = [a["arm"] for a in next(iter(cells.values()))["arms"]]
@@ -155,6 +190,7 @@ def table(cells, window):
                 a["errors"] for r in cells.values() for a in r["arms"] if a["arm"] == arm
             ),
             "model_picks_by_reason": reason_rows(cells, arm, rng),
+            "against_heuristics_arm": paired_rows(cells, arm, rng),
         }
         rows.append(row)
     return rows
@@ -241,6 +277,16 @@ def main(argv=None):
                 x = r["model_picks_by_reason"][reason]
                 acc = "-" if x["acceptance"] is None else f"{x['acceptance']:.3f}"
                 parts.append(f"{reason} {x['picks']:.0f}, {acc}, {fmt(x['vs_displaced'])}")
+            print(f"  {r['arm']:<26} " + "; ".join(parts))
+    paired_arms = [r for r in rows if r["against_heuristics_arm"]]
+    if paired_arms:
+        print("last quarter against (a) in the same rounds, by the source of the arm's top-1: "
+              "rounds per cell, mean gain per round, part of the gain over (a) [95% CI]")
+        for r in paired_arms:
+            parts = []
+            for source in SOURCES:
+                x = r["against_heuristics_arm"][source]
+                parts.append(f"{source} {x['rounds']:.0f}, {fmt(x['gain'])}, {fmt(x['contribution'])}")
             print(f"  {r['arm']:<26} " + "; ".join(parts))
 
 

@@ -105,6 +105,29 @@ def test_reasons_weight_acceptance_by_picks_and_pair_what_was_displaced():
         assert rows["(a) heuristics"]["model_picks_by_reason"] is None
 
 
+def test_paired_rounds_split_the_gain_over_a_by_source():
+    with tempfile.TemporaryDirectory() as d:
+        # Cell 1: 40 model rounds at -0.05, 60 heuristic rounds at +0.01; cell 2: 20 at -0.10,
+        # 80 at 0.0, both of a 100-round last quarter.
+        for m, (mr, mg, hr, hg) in enumerate([(40, -0.05, 60, 0.01), (20, -0.10, 80, 0.0)], 1):
+            report = {"last_quarter_rounds": 100,
+                      "arms": [arm("random heuristic order", 0.25), arm("(a) heuristics", 0.5),
+                               {**arm("+ rl", 0.5, 0.5, 0.5, 0.5),
+                                "against_heuristics_arm": {"model_rounds": mr, "model_gain": mg,
+                                                           "heuristic_rounds": hr,
+                                                           "heuristic_gain": hg}}]}
+            (Path(d) / f"s{m}-t1.json").write_text(json.dumps(report))
+        rows = {r["arm"]: r for r in table.table(table.load(d), "last_quarter")}
+        p = rows["+ rl"]["against_heuristics_arm"]
+        assert p["model"]["rounds"] == 30 and p["heuristic"]["rounds"] == 70
+        assert abs(p["model"]["gain"][0] - (-0.075)) < 1e-12
+        # Parts: cell 1 -0.02 and +0.006, cell 2 -0.02 and 0.0.
+        assert abs(p["model"]["contribution"][0] - (-0.02)) < 1e-12
+        assert abs(p["heuristic"]["contribution"][0] - 0.003) < 1e-12
+        # Arms without the field (reports from before it, or (a) itself): no split.
+        assert rows["(a) heuristics"]["against_heuristics_arm"] is None
+
+
 if __name__ == "__main__":
     for name, test in sorted(globals().items()):
         if name.startswith("test_") and callable(test):

@@ -146,6 +146,9 @@ pub struct ArmResult {
     /// Why a bandit arm's last-quarter model-sourced picks were picked (`None` for random order
     /// and the oracles).
     pub model_picks_by_reason: Option<PicksByReason>,
+    /// A bandit arm with a model's candidates, round by round against the heuristics-only
+    /// bandit (a) in the last quarter (`None` for (a) itself, random order and the oracles).
+    pub against_heuristics_arm: Option<PairedRounds>,
     /// Rounds the arm could not rank (a bandit error); must be 0.
     pub errors: usize,
     /// Mean model candidates on the menu per round.
@@ -189,6 +192,25 @@ pub struct PicksByReason {
     pub uniform: ReasonPicks,
     pub mean: ReasonPicks,
     pub draw: ReasonPicks,
+}
+
+/// A model arm's last quarter paired round by round with the heuristics-only bandit (a): every
+/// arm sees the same contexts, so the arm's true acceptance less (a)'s in the same round is its
+/// gain there, split by where its own top-1 came from. `model_rounds × model_gain +
+/// heuristic_rounds × heuristic_gain` is the whole last quarter's gain over (a) (in rounds):
+/// the first part is what showing the model's ideas gained or lost against what (a) showed
+/// instead (a paired form of the model-versus-heuristic picks), the second what the model's
+/// answers changed in how the arm ranks the heuristics.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PairedRounds {
+    /// Rounds whose top-1 was a model idea.
+    pub model_rounds: usize,
+    /// Their mean true acceptance less (a)'s top-1 in the same rounds (`None`: no such round).
+    pub model_gain: Option<f64>,
+    /// Rounds whose top-1 was a heuristic.
+    pub heuristic_rounds: usize,
+    /// Their mean true acceptance less (a)'s top-1 in the same rounds (`None`: no such round).
+    pub heuristic_gain: Option<f64>,
 }
 
 /// How one Thompson round's pick came about (see [`PickReason`]).
@@ -312,9 +334,23 @@ pub fn run(
 
     let quarter = (config.rounds / 4).max(1).min(config.rounds);
     let cold = config.cold_start.min(config.rounds);
+    // (a), the bandit on the heuristics alone: what every model arm is paired with.
+    let heuristics_arm: Option<Vec<f64>> = arms
+        .iter()
+        .find(|a| a.kind == ArmKind::Thompson && a.menu == 0)
+        .map(|a| a.truth.clone());
     let results = arms
         .into_iter()
-        .map(|arm| summarize(arm, &menu_names, cold, quarter, config))
+        .map(|arm| {
+            summarize(
+                arm,
+                &menu_names,
+                cold,
+                quarter,
+                heuristics_arm.as_deref(),
+                config,
+            )
+        })
         .collect();
     Ok(PipelineReport {
         rounds: config.rounds,
@@ -521,11 +557,30 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
     (n > 0).then(|| sum / n as f64)
 }
 
+/// `arm`'s rounds from `tail` on, each less `heuristics_arm`'s true acceptance in the same
+/// round, split by the source of `arm`'s top-1 (see [`PairedRounds`]).
+fn paired_rounds(arm: &Arm, heuristics_arm: &[f64], tail: usize) -> PairedRounds {
+    let gains = |from_model: bool| -> Vec<f64> {
+        (tail..arm.truth.len())
+            .filter(|&i| arm.from_model[i] == Some(from_model))
+            .filter_map(|i| heuristics_arm.get(i).map(|base| arm.truth[i] - base))
+            .collect()
+    };
+    let (model, heuristic) = (gains(true), gains(false));
+    PairedRounds {
+        model_rounds: model.len(),
+        model_gain: mean(model.iter().copied()),
+        heuristic_rounds: heuristic.len(),
+        heuristic_gain: mean(heuristic.iter().copied()),
+    }
+}
+
 fn summarize(
     arm: Arm,
     menu_names: &[String],
     cold: usize,
     quarter: usize,
+    heuristics_arm: Option<&[f64]>,
     config: &PipelineConfig,
 ) -> ArmResult {
     let rounds = arm.truth.len();
@@ -556,6 +611,9 @@ fn summarize(
         mean: by_reason(PickReason::Mean),
         draw: by_reason(PickReason::Draw),
     });
+    let against_heuristics_arm = heuristics_arm
+        .filter(|_| arm.kind == ArmKind::Thompson && arm.menu > 0)
+        .map(|base| paired_rounds(&arm, base, tail));
     let model_picks = last().filter(|(_, m)| *m == Some(true)).count();
     let points = config.curve_points.clamp(1, rounds.max(1));
     let width = rounds.div_ceil(points).max(1);
@@ -583,6 +641,7 @@ fn summarize(
         model_pick_acceptance: mean(last().filter(|(_, m)| *m == Some(true)).map(|(t, _)| t)),
         heuristic_pick_acceptance: mean(last().filter(|(_, m)| *m == Some(false)).map(|(t, _)| t)),
         model_picks_by_reason,
+        against_heuristics_arm,
         errors: arm.errors,
         mean_model_candidates: arm.model_candidates as f64 / rounds.max(1) as f64,
         curve,
@@ -705,6 +764,27 @@ mod tests {
                 (ArmKind::Thompson, None) => panic!("a bandit arm without its reasons: {a:?}"),
                 (_, by) => assert!(by.is_none(), "{a:?}"),
             }
+        }
+        // A model arm's rounds paired with (a) split its last-quarter gain over (a) by source
+        // and add up to it; (a), random order and the oracles are paired with nothing.
+        let heuristics_arm = arm(&report, "(a) heuristics");
+        for name in ["+ m1", "+ m2"] {
+            let a = arm(&report, name);
+            let paired = a
+                .against_heuristics_arm
+                .expect("a model arm is paired with (a)");
+            assert_eq!(paired.model_rounds + paired.heuristic_rounds, 100, "{a:?}");
+            assert_eq!(
+                paired.model_rounds,
+                (a.model_share_last_quarter * 100.0).round() as usize
+            );
+            let gain = paired.model_rounds as f64 * paired.model_gain.unwrap_or(0.0)
+                + paired.heuristic_rounds as f64 * paired.heuristic_gain.unwrap_or(0.0);
+            let whole = 100.0 * (a.last_quarter - heuristics_arm.last_quarter);
+            assert!((gain - whole).abs() < 1e-9, "{gain} against {whole}: {a:?}");
+        }
+        for a in report.arms.iter().filter(|a| !a.arm.starts_with('+')) {
+            assert!(a.against_heuristics_arm.is_none(), "{a:?}");
         }
         // The priced idea is picked, and mostly because the mean (its prior 0.8) ranks it first.
         let priced = arm(&report, "+ m1").model_picks_by_reason.unwrap();
