@@ -301,27 +301,6 @@ fn print_table(report: &PipelineReport, seconds: f64) {
             );
         }
     }
-    let paired: Vec<_> = report
-        .arms
-        .iter()
-        .filter_map(|a| Some((a, a.against_heuristics_arm?)))
-        .collect();
-    if !paired.is_empty() {
-        println!(
-            "last quarter against (a) in the same rounds, by the source of the arm's top-1 (rounds: mean gain):"
-        );
-        let gain = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:+.3}"));
-        for (a, p) in paired {
-            println!(
-                "  {:<28} model {}: {}; heuristic {}: {}",
-                a.arm,
-                p.model_rounds,
-                gain(p.model_gain),
-                p.heuristic_rounds,
-                gain(p.heuristic_gain)
-            );
-        }
-    }
 }
 
 /// Two panels: the bandit arms, and the menu oracles; random order in both, so each menu has
