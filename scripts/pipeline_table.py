@@ -100,6 +100,11 @@ def paired(first, second, rng):
     return grid_mean(diffs), lo, hi
 
 
+def against_zero(g, rng):
+    """paired(g, 0): the mean of a grid of differences with its cluster-bootstrap interval."""
+    return paired(g, {m: [0.0] * len(v) for m, v in g.items()}, rng)
+
+
 REASONS = ("mean", "draw", "uniform")
 
 
@@ -121,11 +126,10 @@ def reason_rows(cells, arm, rng):
                         diffs.setdefault(m, []).append(r["acceptance"] - r["alternative_acceptance"])
         if not picks:
             return None
-        zeros = {m: [0.0] * len(v) for m, v in diffs.items()}
         out[reason] = {
             "picks": mean(picks),
             "acceptance": weighted / sum(picks) if sum(picks) else None,
-            "vs_displaced": paired(diffs, zeros, rng) if diffs else None,
+            "vs_displaced": against_zero(diffs, rng) if diffs else None,
         }
     return out
 
@@ -153,11 +157,10 @@ def paired_rows(cells, arm, rng):
                 parts.setdefault(m, []).append(n * (gain or 0.0) / report["last_quarter_rounds"])
         if not rounds:
             return None
-        zeros = lambda g: {m: [0.0] * len(v) for m, v in g.items()}
         out[source] = {
             "rounds": mean(rounds),
-            "gain": paired(gains, zeros(gains), rng) if gains else None,
-            "contribution": paired(parts, zeros(parts), rng),
+            "gain": against_zero(gains, rng) if gains else None,
+            "contribution": against_zero(parts, rng),
         }
     return out
 
