@@ -19,7 +19,11 @@ cell, their acceptance (pick-weighted) and that acceptance minus what they displ
 cell with the same bootstrap. And each arm with a model's candidates, against (a) round by
 round (reports with `against_heuristics_arm`): the rounds its top-1 was a model idea and those
 it was a heuristic, the mean gain over (a)'s top-1 in the same rounds, and each part's share of
-the arm's gain over (a) (the two parts add up to it).
+the arm's gain over (a) (the two parts add up to it). And how well the model's priced ideas'
+priors told their worth (reports with `prior_quality`): over the cells, the mean prior and true
+acceptance of the priced ideas on the menus, their correlation, the share of same-round pairs
+the priors order right (0.5: no ranking power), and the true acceptance of the prior's first
+idea against the best idea's.
 
 --against OTHER_DIR compares two rankers on the same menus and traffic instead (e.g. two
 binaries' `bench pipeline` runs on one pipeline-experiment's candidate files): for every arm in
@@ -165,6 +169,24 @@ def paired_rows(cells, arm, rng):
     return out
 
 
+PRIOR_FIELDS = ("mean_prior", "mean_truth", "correlation", "concordance", "prior_first_truth",
+                "best_truth")
+
+
+def prior_rows(cells, arm):
+    """{field: mean over the cells} of an arm's `prior_quality` (fields a cell lacks skipped), or
+    None when no cell has one."""
+    found = [a["prior_quality"] for r in cells.values() for a in r["arms"]
+             if a["arm"] == arm and a.get("prior_quality")]
+    if not found:
+        return None
+    out = {}
+    for field in PRIOR_FIELDS:
+        values = [q[field] for q in found if q.get(field) is not None]
+        out[field] = mean(values) if values else None
+    return out
+
+
 def table(cells, window):
     rng = random.Random(SEED)
     arms = [a["arm"] for a in next(iter(cells.values()))["arms"]]
@@ -194,6 +216,7 @@ def table(cells, window):
             ),
             "model_picks_by_reason": reason_rows(cells, arm, rng),
             "against_heuristics_arm": paired_rows(cells, arm, rng),
+            "prior_quality": prior_rows(cells, arm),
         }
         rows.append(row)
     return rows
@@ -291,6 +314,16 @@ def main(argv=None):
                 x = r["against_heuristics_arm"][source]
                 parts.append(f"{source} {x['rounds']:.0f}, {fmt(x['gain'])}, {fmt(x['contribution'])}")
             print(f"  {r['arm']:<26} " + "; ".join(parts))
+    priced = [r for r in rows if r["prior_quality"]]
+    if priced:
+        print("how the priced ideas' priors told their worth, every round: prior / true acceptance; "
+              "correlation; same-round pairs ordered right; truth of the prior's first / of the best idea")
+        for r in priced:
+            q = r["prior_quality"]
+            opt = lambda v, f: "-" if v is None else format(v, f)
+            print(f"  {r['arm']:<26} {opt(q['mean_prior'], '.3f')} / {opt(q['mean_truth'], '.3f')}; "
+                  f"r {opt(q['correlation'], '+.3f')}; {opt(q['concordance'], '.3f')}; "
+                  f"{opt(q['prior_first_truth'], '.3f')} / {opt(q['best_truth'], '.3f')}")
 
 
 if __name__ == "__main__":

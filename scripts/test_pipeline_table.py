@@ -128,6 +128,28 @@ def test_paired_rounds_split_the_gain_over_a_by_source():
         assert rows["(a) heuristics"]["against_heuristics_arm"] is None
 
 
+def test_prior_quality_is_averaged_over_the_cells_that_have_it():
+    with tempfile.TemporaryDirectory() as d:
+        qualities = [
+            {"pairs": 10, "mean_prior": 0.4, "mean_truth": 0.3, "correlation": 0.2,
+             "concordance": 0.6, "prior_first_truth": 0.35, "best_truth": 0.5},
+            {"pairs": 10, "mean_prior": 0.2, "mean_truth": 0.3, "correlation": None,
+             "concordance": 0.4, "prior_first_truth": 0.25, "best_truth": 0.4},
+        ]
+        for m, q in enumerate(qualities, 1):
+            report = {"last_quarter_rounds": 100,
+                      "arms": [arm("random heuristic order", 0.25), arm("(a) heuristics", 0.5),
+                               {**arm("+ rl", 0.5, 0.5, 0.5, 0.5), "prior_quality": q}]}
+            (Path(d) / f"s{m}-t1.json").write_text(json.dumps(report))
+        rows = {r["arm"]: r for r in table.table(table.load(d), "last_quarter")}
+        q = rows["+ rl"]["prior_quality"]
+        assert abs(q["mean_prior"] - 0.3) < 1e-12 and abs(q["concordance"] - 0.5) < 1e-12
+        # A cell without a correlation (a constant prior) does not count towards its mean.
+        assert abs(q["correlation"] - 0.2) < 1e-12
+        assert abs(q["prior_first_truth"] - 0.3) < 1e-12 and abs(q["best_truth"] - 0.45) < 1e-12
+        assert rows["(a) heuristics"]["prior_quality"] is None
+
+
 if __name__ == "__main__":
     for name, test in sorted(globals().items()):
         if name.startswith("test_") and callable(test):

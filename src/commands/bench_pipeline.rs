@@ -301,6 +301,29 @@ fn print_table(report: &PipelineReport, seconds: f64) {
             );
         }
     }
+    let priced: Vec<_> = report
+        .arms
+        .iter()
+        .filter_map(|a| Some((a, a.prior_quality?)))
+        .collect();
+    if !priced.is_empty() {
+        println!(
+            "how the priced ideas' priors told their worth, every round (prior / true acceptance; correlation; pairs ordered right; truth of the prior's first / of the best idea):"
+        );
+        for (a, q) in priced {
+            println!(
+                "  {:<28} {:.3} / {:.3}; r {}; {}; {:.3} / {:.3}",
+                a.arm,
+                q.mean_prior,
+                q.mean_truth,
+                q.correlation
+                    .map_or_else(|| "-".to_owned(), |v| format!("{v:+.3}")),
+                or_dash(q.concordance),
+                q.prior_first_truth,
+                q.best_truth
+            );
+        }
+    }
 }
 
 /// Two panels: the bandit arms, and the menu oracles; random order in both, so each menu has

@@ -149,6 +149,9 @@ pub struct ArmResult {
     /// A bandit arm with a model's candidates, round by round against the heuristics-only
     /// bandit (a) in the last quarter (`None` for (a) itself, random order and the oracles).
     pub against_heuristics_arm: Option<PairedRounds>,
+    /// How well the model's priced ideas' priors told their worth, over every round's menu
+    /// (bandit arms with a model's candidates only; `None` also when no idea was priced).
+    pub prior_quality: Option<PriorQuality>,
     /// Rounds the arm could not rank (a bandit error); must be 0.
     pub errors: usize,
     /// Mean model candidates on the menu per round.
@@ -211,6 +214,107 @@ pub struct PairedRounds {
     pub heuristic_rounds: usize,
     /// Their mean true acceptance less (a)'s top-1 in the same rounds (`None`: no such round).
     pub heuristic_gain: Option<f64>,
+}
+
+/// How well a model menu's priors (the learned grader's P(accept) that `arc-rec candidates`
+/// stored with each idea) told the ideas' true worth, over every round's menu: each (round,
+/// priced idea) is one pair of prior mean and the world's true acceptance in that round's
+/// context. What serving ranks an unseen idea by until feedback prices it, so a prior that
+/// cannot tell a good idea from a bad one leaves the bandit to learn each by showing it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PriorQuality {
+    /// (round, priced idea) pairs.
+    pub pairs: usize,
+    /// Mean prior P(accept) over the pairs.
+    pub mean_prior: f64,
+    /// Mean true acceptance over the pairs (`mean_prior` less it: how far the priors overrate).
+    pub mean_truth: f64,
+    /// Pearson correlation of prior and truth over the pairs (`None`: either is constant).
+    pub correlation: Option<f64>,
+    /// Of the pairs of priced ideas in the same round whose true acceptance differs, the share
+    /// the priors order the same way (ties in prior count half): 0.5 is no ranking power, 1
+    /// orders every such pair right (`None`: no such pair).
+    pub concordance: Option<f64>,
+    /// Mean true acceptance of the idea with the highest prior in each round.
+    pub prior_first_truth: f64,
+    /// Mean true acceptance of the truly best priced idea in each round.
+    pub best_truth: f64,
+}
+
+/// Sums for a [`PriorQuality`], a round's priced ideas at a time.
+#[derive(Debug, Clone, Copy, Default)]
+struct PriorTally {
+    pairs: usize,
+    prior: f64,
+    truth: f64,
+    prior_sq: f64,
+    truth_sq: f64,
+    cross: f64,
+    ordered_pairs: usize,
+    concordant: f64,
+    rounds: usize,
+    prior_first_truth: f64,
+    best_truth: f64,
+}
+
+impl PriorTally {
+    /// One round's priced ideas: (prior mean, true acceptance) each.
+    fn add_round(&mut self, ideas: &[(f64, f64)]) {
+        let Some(&(_, first_truth)) = ideas
+            .iter()
+            .reduce(|best, x| if x.0 > best.0 { x } else { best })
+        else {
+            return;
+        };
+        self.rounds += 1;
+        self.prior_first_truth += first_truth;
+        self.best_truth += ideas.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
+        for (i, &(prior, truth)) in ideas.iter().enumerate() {
+            self.pairs += 1;
+            self.prior += prior;
+            self.truth += truth;
+            self.prior_sq += prior * prior;
+            self.truth_sq += truth * truth;
+            self.cross += prior * truth;
+            for &(other_prior, other_truth) in &ideas[i + 1..] {
+                if truth == other_truth {
+                    continue;
+                }
+                self.ordered_pairs += 1;
+                self.concordant += if prior == other_prior {
+                    0.5
+                } else if (prior > other_prior) == (truth > other_truth) {
+                    1.0
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+
+    fn finish(&self) -> Option<PriorQuality> {
+        if self.pairs == 0 {
+            return None;
+        }
+        let n = self.pairs as f64;
+        let (mean_prior, mean_truth) = (self.prior / n, self.truth / n);
+        let var_prior = self.prior_sq / n - mean_prior * mean_prior;
+        let var_truth = self.truth_sq / n - mean_truth * mean_truth;
+        let covariance = self.cross / n - mean_prior * mean_truth;
+        let correlation = (var_prior > 1e-12 && var_truth > 1e-12)
+            .then(|| (covariance / (var_prior * var_truth).sqrt()).clamp(-1.0, 1.0));
+        let rounds = self.rounds as f64;
+        Some(PriorQuality {
+            pairs: self.pairs,
+            mean_prior,
+            mean_truth,
+            correlation,
+            concordance: (self.ordered_pairs > 0)
+                .then(|| self.concordant / self.ordered_pairs as f64),
+            prior_first_truth: self.prior_first_truth / rounds,
+            best_truth: self.best_truth / rounds,
+        })
+    }
 }
 
 /// How one Thompson round's pick came about (see [`PickReason`]).
@@ -317,10 +421,25 @@ pub fn run(
 
     let mut contexts = ChaCha8Rng::seed_from_u64(config.seed);
     let (mut heuristic_total, mut unplaced) = (0usize, 0usize);
+    let mut priors = vec![PriorTally::default(); menus.len() + 1];
     for round in 0..config.rounds {
         let ctx = environment.next_context(&mut contexts);
         let prepared = org_menus(&ctx, orgs.get(&ctx.org), menus, &mut unplaced);
         heuristic_total += prepared.first().map_or(0, |p| p.candidates.len());
+        for (menu, tally) in prepared.iter().zip(&mut priors) {
+            let priced: Vec<(f64, f64)> = menu
+                .candidates
+                .iter()
+                .filter_map(|(c, _)| {
+                    let prior = c.source.prior()?;
+                    Some((
+                        prior.mean,
+                        environment.acceptance_probability(&ctx, &c.diff),
+                    ))
+                })
+                .collect();
+            tally.add_round(&priced);
+        }
         for arm in &mut arms {
             let empty = Prepared {
                 context: Vec::new(),
@@ -342,12 +461,14 @@ pub fn run(
     let results = arms
         .into_iter()
         .map(|arm| {
+            let prior_quality = priors.get(arm.menu).and_then(PriorTally::finish);
             summarize(
                 arm,
                 &menu_names,
                 cold,
                 quarter,
                 heuristics_arm.as_deref(),
+                prior_quality,
                 config,
             )
         })
@@ -581,6 +702,7 @@ fn summarize(
     cold: usize,
     quarter: usize,
     heuristics_arm: Option<&[f64]>,
+    prior_quality: Option<PriorQuality>,
     config: &PipelineConfig,
 ) -> ArmResult {
     let rounds = arm.truth.len();
@@ -642,6 +764,7 @@ fn summarize(
         heuristic_pick_acceptance: mean(last().filter(|(_, m)| *m == Some(false)).map(|(t, _)| t)),
         model_picks_by_reason,
         against_heuristics_arm,
+        prior_quality: prior_quality.filter(|_| arm.kind == ArmKind::Thompson && arm.menu > 0),
         errors: arm.errors,
         mean_model_candidates: arm.model_candidates as f64 / rounds.max(1) as f64,
         curve,
@@ -785,7 +908,19 @@ mod tests {
         }
         for a in report.arms.iter().filter(|a| !a.arm.starts_with('+')) {
             assert!(a.against_heuristics_arm.is_none(), "{a:?}");
+            assert!(a.prior_quality.is_none(), "{a:?}");
         }
+        // The priced menu's one idea every round: its prior is the constant 0.8, so no
+        // correlation, no pair to order, and the prior's first is the best idea; the unpriced
+        // menu has nothing to judge.
+        let quality = arm(&report, "+ m1").prior_quality.expect("m1 is priced");
+        assert_eq!(quality.pairs, 400);
+        assert!((quality.mean_prior - 0.8).abs() < 1e-12, "{quality:?}");
+        assert!((0.0..=1.0).contains(&quality.mean_truth), "{quality:?}");
+        assert_eq!((quality.correlation, quality.concordance), (None, None));
+        assert!((quality.prior_first_truth - quality.mean_truth).abs() < 1e-12);
+        assert!((quality.best_truth - quality.mean_truth).abs() < 1e-12);
+        assert!(arm(&report, "+ m2").prior_quality.is_none());
         // The priced idea is picked, and mostly because the mean (its prior 0.8) ranks it first.
         let priced = arm(&report, "+ m1").model_picks_by_reason.unwrap();
         assert!(
@@ -822,6 +957,45 @@ mod tests {
             serde_json::to_string(&report).unwrap(),
             serde_json::to_string(&again).unwrap()
         );
+    }
+
+    #[test]
+    fn prior_quality_pairs_each_rounds_priors_with_their_truth() {
+        let mut tally = PriorTally::default();
+        // Round 1 ordered right, round 2 wrong, round 3 a tie in prior (half), round 4 a tie
+        // in truth (not a pair to order), round 5 nothing priced (not a round).
+        let rounds: [&[(f64, f64)]; 5] = [
+            &[(0.9, 0.8), (0.1, 0.2)],
+            &[(0.5, 0.1), (0.4, 0.6)],
+            &[(0.3, 0.5), (0.3, 0.7)],
+            &[(0.2, 0.4), (0.6, 0.4)],
+            &[],
+        ];
+        for round in rounds {
+            tally.add_round(round);
+        }
+        let q = tally.finish().unwrap();
+        let pairs: Vec<(f64, f64)> = rounds.iter().flat_map(|r| r.iter().copied()).collect();
+        assert_eq!(q.pairs, 8);
+        let n = pairs.len() as f64;
+        let (mp, mt) = (
+            pairs.iter().map(|p| p.0).sum::<f64>() / n,
+            pairs.iter().map(|p| p.1).sum::<f64>() / n,
+        );
+        let cov = pairs.iter().map(|p| (p.0 - mp) * (p.1 - mt)).sum::<f64>();
+        let sp = pairs.iter().map(|p| (p.0 - mp).powi(2)).sum::<f64>().sqrt();
+        let st = pairs.iter().map(|p| (p.1 - mt).powi(2)).sum::<f64>().sqrt();
+        assert!((q.mean_prior - mp).abs() < 1e-12 && (q.mean_truth - mt).abs() < 1e-12);
+        assert!(
+            (q.correlation.unwrap() - cov / (sp * st)).abs() < 1e-9,
+            "{q:?}"
+        );
+        assert!((q.concordance.unwrap() - 1.5 / 3.0).abs() < 1e-12, "{q:?}");
+        // The prior's firsts: 0.8, 0.1, the first of the tie (0.5), 0.4; the best: 0.8, 0.6,
+        // 0.7, 0.4.
+        assert!((q.prior_first_truth - (0.8 + 0.1 + 0.5 + 0.4) / 4.0).abs() < 1e-12);
+        assert!((q.best_truth - (0.8 + 0.6 + 0.7 + 0.4) / 4.0).abs() < 1e-12);
+        assert!(PriorTally::default().finish().is_none());
     }
 
     #[test]
