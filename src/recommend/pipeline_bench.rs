@@ -13,7 +13,8 @@
 //! menu oracles (the truly best candidate of each menu). Every arm sees the same contexts;
 //! answers are drawn from the world's acceptance model with a stream per arm, and arms are
 //! scored by the world's *true* acceptance probability of what they showed (less noisy than the
-//! drawn answers).
+//! drawn answers). Each model menu's priors are scored too ([`PriorQuality`]): what serving
+//! knows of an idea before it shows it, against the idea's truth.
 
 use std::collections::HashMap;
 
