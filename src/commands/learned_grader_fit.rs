@@ -66,7 +66,7 @@ pub async fn fit_learned_grader(
                 dataset.split(Split::Train),
                 indexes,
                 placements,
-                settings.learned_lcb_z,
+                settings.learned_pessimism(),
                 sha,
             )?,
             "the train split",
@@ -76,7 +76,7 @@ pub async fn fit_learned_grader(
                 &dataset.prompts,
                 indexes,
                 placements,
-                settings.learned_lcb_z,
+                settings.learned_pessimism(),
                 sha,
             )?,
             "every split",
@@ -89,9 +89,10 @@ pub async fn fit_learned_grader(
         FitOn::Everything => None,
     };
     println!(
-        "learned grader: fitted on {} logged decisions of {fitted_on} (κ = {}; {placed} of {} contexts placed by a clustering model){}",
+        "learned grader: fitted on {} logged decisions of {fitted_on} (κ = {}, floor: {}; {placed} of {} contexts placed by a clustering model){}",
         grader.observations(),
         settings.learned_lcb_z,
+        settings.learned_floor.as_str(),
         dataset.prompts.len(),
         held_out.unwrap_or_default()
     );

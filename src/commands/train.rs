@@ -84,6 +84,12 @@ pub struct TrainArgs {
     /// from anything logged earns little whatever its mean says.
     #[arg(long, default_value_t = crate::rft::learned_grader::DEFAULT_LCB_Z)]
     pub learned_lcb_z: f64,
+    /// What `--grader learned` rewards as p = 0 (the floor) rather than by σ(μ − κ·s): switches
+    /// to a model the organization never ran and diffs with a feature beyond the range of the
+    /// logged decisions (ranges), or only such switches (models). Serving priors from
+    /// `candidates` keep both floors either way.
+    #[arg(long, value_enum, default_value_t = crate::rft::learned_grader::LearnedFloor::Ranges)]
+    pub learned_floor: crate::rft::learned_grader::LearnedFloor,
     /// Seed of the synthetic world the data came from (`--grader world`).
     #[arg(long, default_value_t = 1)]
     pub world_seed: u64,
@@ -231,6 +237,7 @@ impl TrainArgs {
             world_outcomes: self.world_outcomes,
             world_reward: self.world_reward,
             learned_lcb_z: self.learned_lcb_z,
+            learned_floor: self.learned_floor,
             format_bonus: !self.no_format_bonus,
             seed: self.seed,
             learning_rate: self.learning_rate,

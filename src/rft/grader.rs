@@ -443,7 +443,7 @@ mod tests {
                 &prompts,
                 vec![CandidateIndex::empty("acme")],
                 BTreeMap::new(),
-                1.0,
+                crate::rft::learned_grader::Pessimism::default(),
                 "sha".into(),
             )
             .unwrap(),

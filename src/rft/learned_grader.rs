@@ -12,14 +12,18 @@
 //! The reward is pessimistic where the data is thin: the lower confidence bound
 //! σ(μ − κ·s) of the posterior log-odds (μ the mean score, s its posterior standard deviation,
 //! κ = `--learned-lcb-z`), so a diff far from anything logged earns little however its mean
-//! extrapolates. Like every grader it judges the change (the minimal patch), not its label: the
+//! extrapolates. Beyond it altogether (a switch to a model the organization never ran and, by
+//! default, any feature past the range the logged decisions span) the reward is the floor,
+//! p = 0; `--learned-floor models` keeps the floor for unknown models only and grades the rest
+//! by the lower bound. Like every grader it judges the change (the minimal patch), not its label: the
 //! recommendation-type one-hot is left out of c, so two completions with one canonical answer
 //! always get one verdict (the objectives rely on it), whatever type each declares. So are
 //! features a logged diff cannot have: the heuristics' expected reliability delta and evidence
 //! (0 here, as for a model idea nobody has measured) and the model-source flag.
 //!
 //! A run keeps the fit in `grader.json` ([`LearnedGraderFile`]): the data file's SHA-256, the
-//! organizations' candidate indexes it priced switches with, κ and the fitted coefficients.
+//! organizations' candidate indexes it priced switches with, κ, the floor and the fitted
+//! coefficients.
 //! Eval and resume refit from the same data and indexes and check the coefficients, so they
 //! grade with exactly the grader the run trained on and never touch the database.
 
@@ -53,6 +57,47 @@ pub const DEFAULT_LCB_Z: f64 = 1.0;
 /// Largest relative difference between refitted and stored coefficients that still counts as
 /// the same fit (the refit is deterministic; this only absorbs a different libm).
 const REFIT_TOLERANCE: f64 = 1e-9;
+
+/// `--learned-floor`: which diffs the reward counts as p = 0 (the floor) rather than by the lower
+/// bound σ(μ − κ·s). A serving prior ([`LearnedGrader::prior`]) keeps both floors whatever the
+/// run trained with: a prior has no κ to temper an extrapolated mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LearnedFloor {
+    /// A switch to a model the organization has never run, and a diff with any feature beyond
+    /// the range the logged decisions span.
+    #[default]
+    Ranges,
+    /// Only a switch to a model the organization has never run; beyond the logged range the
+    /// lower bound applies, its s growing with the distance.
+    Models,
+}
+
+impl LearnedFloor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ranges => "ranges",
+            Self::Models => "models",
+        }
+    }
+}
+
+/// How pessimistic the learned grader's reward is: κ, and what earns the floor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pessimism {
+    /// κ: the reward is made of σ(μ − κ·s).
+    pub lcb_z: f64,
+    pub floor: LearnedFloor,
+}
+
+impl Default for Pessimism {
+    fn default() -> Self {
+        Self {
+            lcb_z: DEFAULT_LCB_Z,
+            floor: LearnedFloor::default(),
+        }
+    }
+}
 
 /// A learned grader that cannot be fitted or loaded.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +139,9 @@ pub struct LearnedGraderFile {
     pub data_sha256: String,
     /// κ: the reward is σ(μ − κ·s).
     pub lcb_z: f64,
+    /// What earns the floor (absent from files written before the option: ranges).
+    #[serde(default)]
+    pub floor: LearnedFloor,
     /// Logged decisions it was fitted on.
     pub observations: usize,
     /// The candidate index of each organization of the data, as the fit read it from the
@@ -158,8 +206,9 @@ pub fn place_prompts<'a>(
 pub struct LearnedScore {
     /// σ(μ): the posterior mean's acceptance probability.
     pub probability: f64,
-    /// σ(μ − κ·s): the pessimistic probability the reward is made of; 0 for a switch to a model
-    /// the organization has never run (out of the data's support).
+    /// σ(μ − κ·s): the pessimistic probability the reward is made of; 0 (the floor) for a switch
+    /// to a model the organization has never run and, under [`LearnedFloor::Ranges`], for any
+    /// diff out of the data's support.
     pub lower_bound: f64,
     /// s, the posterior standard deviation of the log-odds.
     pub log_odds_sd: f64,
@@ -167,7 +216,8 @@ pub struct LearnedScore {
     /// and every candidate feature within the range the fitted decisions span. Outside it the
     /// linear log-odds extrapolate (world 7's first learned-grader run learned to write
     /// `{"timeout_s": 2}` in 55 of 80 contexts: far below any logged timeout, read as ever
-    /// better), so the lower bound is the floor and a serving prior counts it as p = 0.
+    /// better), so a serving prior counts it as p = 0 and, under [`LearnedFloor::Ranges`],
+    /// the lower bound is the floor.
     pub in_support: bool,
 }
 
@@ -177,7 +227,7 @@ pub struct LearnedGrader {
     policy: ThompsonPolicy,
     indexes: BTreeMap<String, CandidateIndex>,
     placements: BTreeMap<String, PromptPlacement>,
-    lcb_z: f64,
+    pessimism: Pessimism,
     data_sha256: String,
     observations: usize,
     /// Per candidate feature, the least and greatest value among the fitted decisions.
@@ -206,11 +256,11 @@ impl LearnedGrader {
         prompts: impl IntoIterator<Item = &'a RftPrompt>,
         indexes: Vec<CandidateIndex>,
         placements: BTreeMap<String, PromptPlacement>,
-        lcb_z: f64,
+        pessimism: Pessimism,
         data_sha256: String,
     ) -> Result<Self, LearnedGraderError> {
-        if !(lcb_z.is_finite() && lcb_z >= 0.0) {
-            return Err(LearnedGraderError::LcbZ(lcb_z));
+        if !(pessimism.lcb_z.is_finite() && pessimism.lcb_z >= 0.0) {
+            return Err(LearnedGraderError::LcbZ(pessimism.lcb_z));
         }
         let indexes: BTreeMap<String, CandidateIndex> = indexes
             .into_iter()
@@ -253,7 +303,7 @@ impl LearnedGrader {
             policy,
             indexes,
             placements,
-            lcb_z,
+            pessimism,
             data_sha256,
             observations: observations.len(),
             support,
@@ -284,7 +334,10 @@ impl LearnedGrader {
             prompts,
             file.indexes,
             file.placements,
-            file.lcb_z,
+            Pessimism {
+                lcb_z: file.lcb_z,
+                floor: file.floor,
+            },
             data_sha256,
         )?;
         let difference = max_relative_difference(grader.policy.mean(), &file.mean);
@@ -299,7 +352,8 @@ impl LearnedGrader {
         LearnedGraderFile {
             version: LEARNED_GRADER_VERSION,
             data_sha256: self.data_sha256.clone(),
-            lcb_z: self.lcb_z,
+            lcb_z: self.pessimism.lcb_z,
+            floor: self.pessimism.floor,
             observations: self.observations,
             indexes: self.indexes.values().cloned().collect(),
             placements: self.placements.clone(),
@@ -364,20 +418,25 @@ impl LearnedGrader {
         let c = candidate_of(prompt, index, patch);
         let mean = self.policy.mean_score(&z, &c)?;
         let sd = self.policy.posterior_sd(&z, &c)?;
-        let in_support = !switches_to_an_unknown_model(index, &prompt.current_config, patch)
-            && c.iter()
-                .zip(&self.support)
-                .all(|(&v, &(lo, hi))| (lo - SUPPORT_SLACK..=hi + SUPPORT_SLACK).contains(&v));
-        let lower_bound = if in_support {
-            sigmoid(mean - self.lcb_z * sd)
-        } else {
+        let known_model = !switches_to_an_unknown_model(index, &prompt.current_config, patch);
+        let in_range = c
+            .iter()
+            .zip(&self.support)
+            .all(|(&v, &(lo, hi))| (lo - SUPPORT_SLACK..=hi + SUPPORT_SLACK).contains(&v));
+        let floored = match self.pessimism.floor {
+            LearnedFloor::Ranges => !(known_model && in_range),
+            LearnedFloor::Models => !known_model,
+        };
+        let lower_bound = if floored {
             0.0
+        } else {
+            sigmoid(mean - self.pessimism.lcb_z * sd)
         };
         Ok(LearnedScore {
             probability: sigmoid(mean),
             lower_bound,
             log_odds_sd: sd,
-            in_support,
+            in_support: known_model && in_range,
         })
     }
 }
@@ -583,7 +642,7 @@ mod tests {
             prompts,
             vec![CandidateIndex::empty("acme")],
             BTreeMap::new(),
-            1.0,
+            Pessimism::default(),
             "sha".into(),
         )
         .unwrap()
@@ -657,7 +716,7 @@ mod tests {
             &switched,
             vec![CandidateIndex::from_rows("acme", &rows)],
             BTreeMap::new(),
-            1.0,
+            Pessimism::default(),
             "sha".into(),
         )
         .unwrap()
@@ -672,13 +731,78 @@ mod tests {
             &prompts,
             vec![CandidateIndex::empty("acme")],
             BTreeMap::new(),
-            0.0,
+            Pessimism {
+                lcb_z: 0.0,
+                ..Pessimism::default()
+            },
             "sha".into(),
         )
         .unwrap()
         .score(&fresh, &json!({"timeout_s": 120}))
         .unwrap();
         assert_eq!(plain.lower_bound, plain.probability);
+    }
+
+    /// `--learned-floor models`: beyond the logged range the reward is the lower bound, which
+    /// the wider posterior there pulls down; an unknown model and the serving prior keep the
+    /// floor.
+    #[test]
+    fn the_models_floor_grades_beyond_the_logged_range_by_the_lower_bound() {
+        let prompts: Vec<RftPrompt> = (0..30).map(prompt).collect();
+        let models_only = LearnedGrader::fit(
+            &prompts,
+            vec![CandidateIndex::empty("acme")],
+            BTreeMap::new(),
+            Pessimism {
+                floor: LearnedFloor::Models,
+                ..Pessimism::default()
+            },
+            "sha".into(),
+        )
+        .unwrap();
+        let ranges = fitted(&prompts);
+        let fresh = prompt(99);
+        let inside = json!({"timeout_s": 120});
+        assert_eq!(
+            models_only.score(&fresh, &inside).unwrap(),
+            ranges.score(&fresh, &inside).unwrap()
+        );
+        let within = models_only.score(&fresh, &inside).unwrap();
+        for patch in [json!({"timeout_s": 600}), json!({"timeout_s": 2})] {
+            let beyond = models_only.score(&fresh, &patch).unwrap();
+            let floored = ranges.score(&fresh, &patch).unwrap();
+            assert!(!beyond.in_support && !floored.in_support);
+            assert_eq!(floored.lower_bound, 0.0);
+            assert_eq!(
+                (beyond.probability, beyond.log_odds_sd),
+                (floored.probability, floored.log_odds_sd)
+            );
+            let mean = (beyond.probability / (1.0 - beyond.probability)).ln();
+            let expected = sigmoid(mean - DEFAULT_LCB_Z * beyond.log_odds_sd);
+            assert!(
+                (beyond.lower_bound - expected).abs() < 1e-9 && beyond.lower_bound > 0.0,
+                "{patch}: {beyond:?}"
+            );
+            assert!(
+                beyond.log_odds_sd > within.log_odds_sd,
+                "{beyond:?} vs {within:?}"
+            );
+            let prior = models_only.prior([(&fresh, &patch)]).unwrap().unwrap();
+            assert_eq!((prior.mean, prior.sd), (0.0, 0.0));
+        }
+        let switch = models_only
+            .score(&fresh, &json!({"model": "anthropic/claude-3-haiku"}))
+            .unwrap();
+        assert_eq!(switch.lower_bound, 0.0);
+        // The file keeps the floor, and a file from before the option reads as ranges.
+        let file = models_only.to_file();
+        assert_eq!(file.floor, LearnedFloor::Models);
+        let mut old = serde_json::to_value(&file).unwrap();
+        old.as_object_mut().unwrap().remove("floor");
+        let old: LearnedGraderFile = serde_json::from_value(old).unwrap();
+        assert_eq!(old.floor, LearnedFloor::Ranges);
+        let reloaded = LearnedGrader::load(file, &prompts, Path::new("d"), "sha".into()).unwrap();
+        assert_eq!(reloaded.pessimism, models_only.pessimism);
     }
 
     #[test]
@@ -807,7 +931,7 @@ mod tests {
             &prompts,
             vec![CandidateIndex::empty("acme")],
             placed,
-            1.0,
+            Pessimism::default(),
             "sha".into(),
         )
         .unwrap();
@@ -823,14 +947,23 @@ mod tests {
     #[test]
     fn bad_fits_are_named() {
         let prompts = vec![prompt(1)];
-        let err =
-            LearnedGrader::fit(&prompts, vec![], BTreeMap::new(), 1.0, "sha".into()).unwrap_err();
+        let err = LearnedGrader::fit(
+            &prompts,
+            vec![],
+            BTreeMap::new(),
+            Pessimism::default(),
+            "sha".into(),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("organization \"acme\""), "{err}");
         let err = LearnedGrader::fit(
             &prompts,
             vec![CandidateIndex::empty("acme")],
             BTreeMap::new(),
-            f64::NAN,
+            Pessimism {
+                lcb_z: f64::NAN,
+                ..Pessimism::default()
+            },
             "sha".into(),
         )
         .unwrap_err();
@@ -841,7 +974,7 @@ mod tests {
             [&silent],
             vec![CandidateIndex::empty("acme")],
             BTreeMap::new(),
-            1.0,
+            Pessimism::default(),
             "sha".into(),
         )
         .unwrap_err();

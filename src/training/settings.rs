@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::guard::KlControl;
 use crate::rft::WorldTruths;
-use crate::rft::learned_grader::DEFAULT_LCB_Z;
+use crate::rft::learned_grader::{DEFAULT_LCB_Z, LearnedFloor, Pessimism};
 use crate::rft::{Grader, GraderError, GraderKind, LearnedGrader, RftPrompt, WorldReward};
 use crate::world::WorldParams;
 
@@ -138,6 +138,9 @@ pub struct TrainSettings {
     /// config.json: the default).
     #[serde(default = "default_lcb_z")]
     pub learned_lcb_z: f64,
+    /// What the learned grader's reward floors (absent from older runs' config.json: ranges).
+    #[serde(default)]
+    pub learned_floor: LearnedFloor,
     /// +0.1 for a well-formed recommendation.
     pub format_bonus: bool,
     /// Seeds the data order, sampling, the world's draws and majority tie-breaks.
@@ -221,6 +224,14 @@ impl TrainSettings {
                 horizon_samples: self.kl_horizon as f64,
             },
             None => KlControl::Fixed,
+        }
+    }
+
+    /// The learned grader's κ and floor.
+    pub fn learned_pessimism(&self) -> Pessimism {
+        Pessimism {
+            lcb_z: self.learned_lcb_z,
+            floor: self.learned_floor,
         }
     }
 
@@ -459,6 +470,7 @@ pub(crate) mod tests {
             world_outcomes: 20_000,
             world_reward: WorldReward::Sampled,
             learned_lcb_z: DEFAULT_LCB_Z,
+            learned_floor: LearnedFloor::Ranges,
             format_bonus: true,
             seed: 1,
             learning_rate: 1e-3,
