@@ -22,7 +22,6 @@ use bandit::{Observation, PolicyConfig, ThompsonPolicy};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use serde_json::Value;
 
 use super::benchmark::input_of;
 use super::engine::{
@@ -34,7 +33,7 @@ use super::warm_start::{LoggedDecision, WarmStartCounts, observations};
 use crate::candidates::CandidateIndex;
 use crate::clustering::ClusterModel;
 use crate::domain::{Candidate, CandidateSource};
-use crate::world::{Context, Environment};
+use crate::world::{Context, Environment, first_best};
 
 /// An organization's serving data: its candidate statistics and clustering model.
 #[derive(Debug, Clone)]
@@ -422,33 +421,41 @@ pub fn run(
 
     let mut contexts = ChaCha8Rng::seed_from_u64(config.seed);
     let (mut heuristic_total, mut unplaced) = (0usize, 0usize);
-    let mut priors = vec![PriorTally::default(); menus.len() + 1];
+    // One tally per model menu (menu i + 1 of the prepared ones; the heuristics' has no priors).
+    let mut priors = vec![PriorTally::default(); menus.len()];
+    let empty = Prepared {
+        context: Vec::new(),
+        candidates: Vec::new(),
+    };
     for round in 0..config.rounds {
         let ctx = environment.next_context(&mut contexts);
         let prepared = org_menus(&ctx, orgs.get(&ctx.org), menus, &mut unplaced);
         heuristic_total += prepared.first().map_or(0, |p| p.candidates.len());
-        for (menu, tally) in prepared.iter().zip(&mut priors) {
+        // Every item's true acceptance in this context, once per menu: the priors' tally, the
+        // oracle arms and every arm's pick read it.
+        let truths: Vec<Vec<f64>> = prepared
+            .iter()
+            .map(|menu| {
+                menu.candidates
+                    .iter()
+                    .map(|(c, _)| environment.acceptance_probability(&ctx, &c.diff))
+                    .collect()
+            })
+            .collect();
+        for ((menu, truth), tally) in prepared.iter().zip(&truths).skip(1).zip(&mut priors) {
             let priced: Vec<(f64, f64)> = menu
                 .candidates
                 .iter()
-                .filter_map(|(c, _)| {
-                    let prior = c.source.prior()?;
-                    Some((
-                        prior.mean,
-                        environment.acceptance_probability(&ctx, &c.diff),
-                    ))
-                })
+                .zip(truth)
+                .filter_map(|((c, _), &truth)| Some((c.source.prior()?.mean, truth)))
                 .collect();
             tally.add_round(&priced);
         }
         for arm in &mut arms {
-            let empty = Prepared {
-                context: Vec::new(),
-                candidates: Vec::new(),
-            };
             let menu = prepared.get(arm.menu).unwrap_or(&empty);
+            let menu_truths = truths.get(arm.menu).map_or(&[][..], Vec::as_slice);
             arm.model_candidates += menu.candidates.iter().filter(|(c, _)| is_model(c)).count();
-            play(arm, environment, &ctx, menu, round, config);
+            play(arm, environment, &ctx, menu, menu_truths, round, config);
         }
     }
 
@@ -462,7 +469,11 @@ pub fn run(
     let results = arms
         .into_iter()
         .map(|arm| {
-            let prior_quality = priors.get(arm.menu).and_then(PriorTally::finish);
+            let prior_quality = arm
+                .menu
+                .checked_sub(1)
+                .and_then(|i| priors.get(i))
+                .and_then(PriorTally::finish);
             summarize(
                 arm,
                 &menu_names,
@@ -529,24 +540,23 @@ fn org_menus(
     prepared
 }
 
-/// One round of one arm: pick, draw the answer, record, learn.
+/// One round of one arm: pick, draw the answer, record, learn. `truths` is each menu item's
+/// true acceptance in `ctx`.
 fn play(
     arm: &mut Arm,
     environment: &Environment,
     ctx: &Context,
     menu: &Prepared,
+    truths: &[f64],
     round: usize,
     config: &PipelineConfig,
 ) {
-    let diffs: Vec<&Value> = menu.candidates.iter().map(|(c, _)| &c.diff).collect();
+    let items = menu.candidates.len();
     let mut trace = None;
     let pick: Option<usize> = match arm.kind {
-        _ if diffs.is_empty() => None,
-        ArmKind::Random => Some(arm.rng.random_range(0..diffs.len())),
-        ArmKind::Oracle => {
-            let owned: Vec<Value> = diffs.iter().map(|d| (*d).clone()).collect();
-            environment.best_of(ctx, &owned)
-        }
+        _ if items == 0 => None,
+        ArmKind::Random => Some(arm.rng.random_range(0..items)),
+        ArmKind::Oracle => first_best(truths),
         ArmKind::Thompson => {
             let seed = arm.rng.random();
             let ranked = arm
@@ -561,7 +571,7 @@ fn play(
                     {
                         trace =
                             trace_pick(policy, &arm.evidence, menu, &output.ranking, shown, |i| {
-                                environment.acceptance_probability(ctx, &menu.candidates[i].0.diff)
+                                truths[i]
                             });
                         if trace.is_none() {
                             arm.errors += 1;
@@ -584,7 +594,7 @@ fn play(
         return;
     };
     let (candidate, features) = &menu.candidates[pick];
-    let truth = environment.acceptance_probability(ctx, &candidate.diff);
+    let truth = truths[pick];
     let answer = environment.feedback(ctx, &candidate.diff, &mut arm.rng);
     arm.truth.push(truth);
     arm.drawn.push(answer.accepted);

@@ -3,7 +3,8 @@
 //!
 //! A bandit run looks like: `ctx = env.next_context(rng)`, `cands = env.candidate_diffs(&ctx)`,
 //! the policy picks `i`, `env.feedback(&ctx, &cands[i].1, rng)` returns accept/reject; the oracle's
-//! pick is `env.best_of(&ctx, ..)` and its expected acceptance `env.acceptance_probability`.
+//! pick is `env.best_of(&ctx, ..)` (or `first_best` over truths already computed) and its expected
+//! acceptance `env.acceptance_probability`.
 
 use rand::Rng;
 use serde_json::Value;
@@ -209,14 +210,11 @@ impl Environment {
 
     /// The oracle: the index of the candidate most likely to be accepted (first on ties).
     pub fn best_of(&self, ctx: &Context, candidate_diffs: &[Value]) -> Option<usize> {
-        let mut best: Option<(usize, f64)> = None;
-        for (i, diff) in candidate_diffs.iter().enumerate() {
-            let p = self.acceptance_probability(ctx, diff);
-            if best.is_none_or(|(_, top)| p > top) {
-                best = Some((i, p));
-            }
-        }
-        best.map(|(i, _)| i)
+        let truths: Vec<f64> = candidate_diffs
+            .iter()
+            .map(|diff| self.acceptance_probability(ctx, diff))
+            .collect();
+        first_best(&truths)
     }
 
     /// Plausible candidates for the context: `(recommendation_type, diff, description)`.
@@ -359,4 +357,16 @@ pub(crate) fn draw_latent<R: Rng + ?Sized>(rng: &mut R, needed: &[&'static str])
             None
         },
     }
+}
+
+/// The index of the first item of greatest true acceptance: the oracle's pick over a menu whose
+/// truths are already computed (ties go to the earlier item, as in [`Environment::best_of`]).
+pub fn first_best(truths: &[f64]) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, &p) in truths.iter().enumerate() {
+        if best.is_none_or(|(_, top)| p > top) {
+            best = Some((i, p));
+        }
+    }
+    best.map(|(i, _)| i)
 }

@@ -31,7 +31,7 @@ pub use catalogue::{
     DOMAINS, MODELS, ModelSpec, OrgProfile, ROLES, ScenarioSpec, TOOLS, ToolSpec, UserProfile,
     model_spec, providers, tool_spec,
 };
-pub use environment::{Context, Environment, Feedback};
+pub use environment::{Context, Environment, Feedback, first_best};
 pub use failure::FailureMode;
 pub use failure::ObservedFailure;
 pub use history::History;

@@ -249,6 +249,7 @@ fn oracle_beats_uniform_random_by_two() {
             .collect();
         random += probabilities.iter().sum::<f64>() / probabilities.len().max(1) as f64;
         let best = env.best_of(&ctx, &diffs).expect("candidates");
+        assert_eq!(first_best(&probabilities), Some(best));
         oracle += probabilities[best];
         assert!(probabilities.iter().all(|p| *p <= probabilities[best]));
     }
@@ -570,4 +571,12 @@ fn summary() {
         );
     }
     println!("oracle's pick by type {best_types:?}");
+}
+
+#[test]
+fn first_best_picks_the_first_of_the_greatest() {
+    assert_eq!(first_best(&[]), None);
+    assert_eq!(first_best(&[0.2, 0.5, 0.5, 0.1]), Some(1));
+    assert_eq!(first_best(&[0.7]), Some(0));
+    assert_eq!(first_best(&[0.1, 0.1, 0.3]), Some(2));
 }
