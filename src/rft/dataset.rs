@@ -82,7 +82,7 @@ pub struct RftDataset {
 /// A data file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
-    #[error("cannot read the data file {}: {source}", path.display())]
+    #[error("cannot read the data file {}", path.display())]
     Io {
         path: PathBuf,
         #[source]
@@ -398,12 +398,15 @@ pub(crate) mod tests {
         assert!(err.contains("outcome.approval_status"), "{err}");
         let err = read("\n\n").unwrap_err().to_string();
         assert!(err.contains("holds no examples"), "{err}");
-        let err = RftDataset::load(Path::new("/nonexistent/data.jsonl"))
-            .unwrap_err()
-            .to_string();
+        // The CLI prints the chain (`{:#}`): the OS error once, after the path.
+        let err = anyhow::Error::from(
+            RftDataset::load(Path::new("/nonexistent/data.jsonl")).unwrap_err(),
+        );
+        let err = format!("{err:#}");
         assert!(
-            err.starts_with("cannot read the data file /nonexistent/data.jsonl"),
+            err.starts_with("cannot read the data file /nonexistent/data.jsonl: "),
             "{err}"
         );
+        assert_eq!(err.matches("(os error").count(), 1, "{err}");
     }
 }

@@ -199,7 +199,7 @@ pub struct CandidateLine {
 /// Why a candidates file could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum CandidateFileError {
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: String,
         source: std::io::Error,
@@ -427,5 +427,29 @@ mod tests {
             (Some("a".to_owned()), cool),
         ]);
         assert_eq!(rows[0].0.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn unreadable_candidate_files_name_the_path_and_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.jsonl");
+        // The CLI prints the chain (`{:#}`): the OS error once, after the path.
+        let err = format!(
+            "{:#}",
+            anyhow::Error::from(read_candidate_lines(&missing).unwrap_err())
+        );
+        assert!(
+            err.starts_with(&format!("{}: ", missing.display())),
+            "{err}"
+        );
+        assert_eq!(err.matches("(os error").count(), 1, "{err}");
+
+        let bad = dir.path().join("bad.jsonl");
+        std::fs::write(&bad, "\n{\"org\": 1}\n").unwrap();
+        let err = read_candidate_lines(&bad).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("{}:2: not a candidate line", bad.display())),
+            "{err}"
+        );
     }
 }

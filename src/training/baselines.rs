@@ -37,7 +37,7 @@ use crate::world::{ObservedFailure, candidate_diffs};
 pub enum BaselineError {
     #[error(transparent)]
     Truth(#[from] WorldTruthError),
-    #[error("prompt {prompt}: logged answer {answer:?} is not a JSON merge patch: {source}")]
+    #[error("prompt {prompt}: logged answer {answer:?} is not a JSON merge patch")]
     LoggedAnswer {
         prompt: String,
         answer: String,
