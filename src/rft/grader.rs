@@ -99,7 +99,7 @@ pub struct Verdict {
 #[derive(Debug, thiserror::Error)]
 pub enum GraderError {
     #[error(
-        "--grader world: {0}; give the --world-seed and --world-outcomes the data was simulated with, or use --grader logged"
+        "--grader world: the data does not fit the world (give the --world-seed and --world-outcomes the data was simulated with, or use --grader logged)"
     )]
     World(#[from] WorldTruthError),
     #[error(transparent)]
@@ -402,11 +402,15 @@ mod tests {
         assert_eq!(expected.grade(&p, "nonsense", 7).reward, -1.0);
 
         let stranger = prompt("not-a-config", config());
-        let err = Grader::world(params, [&stranger], WorldReward::Sampled, false)
-            .unwrap_err()
-            .to_string();
+        // The CLI prints the chain (`{:#}`): the advice, then the unknown configuration once.
+        let err = anyhow::Error::from(
+            Grader::world(params, [&stranger], WorldReward::Sampled, false).unwrap_err(),
+        );
+        let err = format!("{err:#}");
         assert!(
-            err.contains("not-a-config") && err.contains("--world-seed"),
+            err.contains("--world-seed")
+                && err.contains("configuration not-a-config")
+                && err.matches("is not in the world").count() == 1,
             "{err}"
         );
     }

@@ -127,7 +127,7 @@ pub enum LearnedGraderError {
     Refit { difference: f64 },
     #[error("--learned-lcb-z {0}: must be a finite number ≥ 0")]
     LcbZ(f64),
-    #[error("--grader learned: {0}")]
+    #[error("--grader learned: the reward model's Bayesian logistic posterior")]
     Bandit(#[from] bandit::BanditError),
 }
 

@@ -12,7 +12,7 @@ use crate::world::{Effect, GroundTruth, HiddenState, UserProfile, World, WorldEr
 /// Why the truths of a set of prompts cannot be had.
 #[derive(Debug, thiserror::Error)]
 pub enum WorldTruthError {
-    #[error("world: {0}")]
+    #[error("the world cannot be built")]
     World(#[from] WorldError),
     #[error(
         "configuration {config_id} (prompt {prompt}) is not in the world of seed {seed} with {outcomes} outcomes"
