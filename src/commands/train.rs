@@ -176,10 +176,13 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 0.0)]
     pub forbidden_mass_coef: f64,
     /// β of the k3 KL penalty to the warm-up model (RL's adapters off); with --kl-target, its
-    /// starting value.
-    #[arg(long, default_value_t = 0.0)]
-    pub kl_coef: f64,
+    /// starting value. Default: 0 (no penalty), but under `--grader learned` 0.05 with
+    /// --kl-target 0.1 (a KL budget: a free policy over-optimises the learned reward model);
+    /// `--kl-coef 0` turns it off.
+    #[arg(long)]
+    pub kl_coef: Option<f64>,
     /// Adapt β towards this KL per token (Ziegler et al.'s controller); needs --kl-coef > 0.
+    /// Default: none, but 0.1 under `--grader learned` when --kl-coef is not given either.
     #[arg(long)]
     pub kl_target: Option<f64>,
     /// The KL controller's horizon in samples: β moves by at most ±20 % × samples / horizon a step.
@@ -221,6 +224,8 @@ fn parse_objective(text: &str) -> Result<Objective, String> {
 
 impl TrainArgs {
     fn settings(&self) -> Option<TrainSettings> {
+        let (kl_coef, kl_target) =
+            crate::training::settings::kl_budget(self.grader, self.kl_coef, self.kl_target);
         Some(TrainSettings {
             data: self.data.clone()?,
             model: self.model.clone()?,
@@ -258,11 +263,11 @@ impl TrainArgs {
             update_epochs: self.update_epochs,
             forbidden_mass_coef: self.forbidden_mass_coef,
             minibatches: self.minibatches,
-            kl_target: self.kl_target,
+            kl_target,
             kl_horizon: self.kl_horizon,
             dynamic_sampling: self.dynamic_sampling,
             max_sampling_rounds: self.max_sampling_rounds,
-            kl_coef: self.kl_coef,
+            kl_coef,
             skip_zero_advantage_groups: !self.keep_zero_advantage_groups,
             checkpoint_every: self.checkpoint_every,
             max_kl: self.max_kl,
@@ -353,6 +358,15 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
         settings.n,
         root.display()
     );
+    if settings.steps > 0 && settings.kl_coef > 0.0 {
+        match settings.kl_target {
+            Some(target) => println!(
+                "KL penalty: β {} to start, adapted towards {target} per token",
+                settings.kl_coef
+            ),
+            None => println!("KL penalty: β {}", settings.kl_coef),
+        }
+    }
     let hooks = FaultHooks {
         kill_in_checkpoint: env_step(KILL_IN_CHECKPOINT_ENV),
         nan_loss_at: env_step(NAN_LOSS_ENV),

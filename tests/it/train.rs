@@ -306,6 +306,16 @@ async fn a_learned_grader_run_keeps_its_fit_resumes_exactly_and_evaluates() {
         "{stdout}"
     );
     assert!(out.join("grader.json").is_file() && out.join("overoptimisation.png").is_file());
+    // The learned grader's default KL budget (β 0.05 towards 0.1) yields to the fixture's own
+    // --kl-coef: a fixed β, no target.
+    assert!(stdout.contains("KL penalty: β 0.1\n"), "{stdout}");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        (&config["kl_coef"], &config["kl_target"]),
+        (&serde_json::json!(0.1), &serde_json::Value::Null),
+        "{config}"
+    );
     let rl: Vec<_> = read_metrics(&out)
         .unwrap()
         .into_iter()
@@ -316,6 +326,7 @@ async fn a_learned_grader_run_keeps_its_fit_resumes_exactly_and_evaluates() {
         .collect();
     assert_eq!(rl.len(), 6);
     for m in &rl {
+        assert!(m.kl_coef.is_some_and(|beta| beta > 0.0), "{m:?}");
         // Batch means over the samples, malformed ones counting 0: the pessimistic bound under
         // the mean, and the world's truth beside them (the data comes from a world).
         let (mean, bound) = (
