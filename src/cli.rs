@@ -54,7 +54,8 @@ pub enum Command {
     #[cfg(feature = "rft")]
     Train(crate::commands::train::TrainArgs),
     /// Compare a run's base, warm-up and RL models on the held-out prompts: pass@k and maj@k
-    /// for k = 1..n, format validity and, with the world grader, true acceptance (no database).
+    /// for k = 1..n, format validity and, with the world grader, true acceptance (and, for a
+    /// learned-grader run, the truth of what its learned grader picks among k; no database).
     #[cfg(feature = "rft")]
     Eval(crate::commands::eval::EvalArgs),
     /// Write the trained recommender's candidates for serving: k recommendations per

@@ -1,7 +1,7 @@
 //! Every objective's advantages and every estimate against brute-force enumeration of the
 //! k-subsets of a group, on random rewards, for k ∈ {2, 4, 8} and n ∈ {k, 2k}.
 
-use objectives::estimate::{expected_best_of_k, majority_at_k, pass_at_k};
+use objectives::estimate::{expected_best_of_k, expected_pick_of_k, majority_at_k, pass_at_k};
 use objectives::{Estimator, Group, Objective, binomial, majority_loo};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
@@ -254,6 +254,27 @@ fn majority_is_silent_when_one_answer_dominates() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A ranker's pick of k against every k-subset, with keys drawn from few levels so that
+    /// ties (shared equally among the tied samples of a subset) are common.
+    #[test]
+    fn a_ranker_s_pick_of_k_matches_brute_force(
+        samples in prop::collection::vec((0u8..4, 0.0f64..1.0), 1..=10),
+        k_seed in 0usize..100,
+    ) {
+        let n = samples.len();
+        let k = 1 + k_seed % n;
+        let keys: Vec<f64> = samples.iter().map(|&(key, _)| f64::from(key)).collect();
+        let values: Vec<f64> = samples.iter().map(|&(_, value)| value).collect();
+        let pick = |s: &[usize]| {
+            let top = s.iter().map(|&i| keys[i]).fold(f64::MIN, f64::max);
+            mean(&s.iter().filter(|&&i| keys[i] == top).map(|&i| values[i]).collect::<Vec<_>>())
+        };
+        let all = subsets(n, k);
+        let want = all.iter().map(|s| pick(s)).sum::<f64>() / all.len() as f64;
+        let got = expected_pick_of_k(&keys, &values, k).unwrap();
+        prop_assert!((got - want).abs() < 1e-10, "n={} k={} got {} want {}", n, k, got, want);
+    }
 
     /// The same check on arbitrary groups, for every k in 2..=n up to n = 10.
     #[test]

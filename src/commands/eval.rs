@@ -2,7 +2,8 @@
 //! prompts of its data: pass@k and maj@k for k = 1..n, format validity, and with the world grader
 //! the true acceptance of the greedy recommendation and of the best of k, between the floors and
 //! the ceiling of [`crate::training::baselines`] on the same prompts (logged heuristic, random
-//! pick from the menu, menu oracle) with the share of the gap to the oracle each model closes.
+//! pick from the menu, menu oracle) with the share of the gap to the oracle each model closes,
+//! and for a learned-grader run the truth of what its learned grader picks among k samples.
 //! Prints a table (or JSON, with every prompt's figures) and writes `RUN_DIR/eval.json` and
 //! `RUN_DIR/eval.png`.
 
@@ -139,6 +140,21 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         .map(|truths| baselines(truths, &held_out))
         .transpose()
         .context("the evaluation's baselines")?;
+    // A learned-grader run judged by the world: its reward model also ranks each prompt's
+    // samples, to measure it as a chooser against the truth (`learned_pick_of`).
+    let reward_model = (grader_kind == GraderKind::World && settings.grader == GraderKind::Learned)
+        .then(|| {
+            run_grader(
+                &args.run,
+                "--run",
+                &settings,
+                &dataset,
+                GraderKind::Learned,
+                held_out.iter().copied(),
+            )
+        })
+        .transpose()
+        .context("the run's learned grader, to rank the samples beside the world's verdicts")?;
     let runtime = trainer::device::Runtime::select(args.device.request())?;
     let eval_settings = EvalSettings {
         n: args.n,
@@ -148,6 +164,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         batch_prompts: args.batch_prompts,
         constrained: args.constrained.is_on(),
         keep_samples: args.samples_out.is_some(),
+        reward_model: reward_model.as_ref(),
     };
     let mut models = run_models(&settings, &args.run);
     if !args.models.is_empty() {
@@ -374,6 +391,21 @@ fn print_table(report: &EvalReport) {
         }
     }
     for model in &report.models {
+        let (Some(picks), Some(best)) = (&model.learned_pick_of, &model.best_of) else {
+            continue;
+        };
+        let (sample, pick, best) = (pass(picks, 1), pass(picks, k), pass(best, k));
+        let recovered = if best > sample {
+            format!("{:.0}%", 100.0 * (pick - sample) / (best - sample))
+        } else {
+            "-".to_owned()
+        };
+        println!(
+            "{}: the learned grader's pick of {k} samples has true acceptance {pick:.3} (a sample {sample:.3}, the truth's best of {k} {best:.3}: it recovers {recovered} of the gain)",
+            model.model.label()
+        );
+    }
+    for model in &report.models {
         if !model.format_errors.is_empty() {
             let reasons: Vec<String> = model
                 .format_errors
@@ -426,6 +458,15 @@ fn panels(report: &EvalReport) -> Vec<Panel> {
         let mut best_of = panel("True acceptance of the best of k", "probability", &|m| {
             m.best_of.clone()
         });
+        // What the run's learned grader picks among k, beside the truth's best of k.
+        for model in &report.models {
+            if let Some(picks) = &model.learned_pick_of {
+                best_of.series.push(Series {
+                    name: format!("{}: learned grader's pick", model.model.label()),
+                    points: curve(picks),
+                });
+            }
+        }
         // The floors and the ceiling, one pick each: flat across k.
         if let Some(baselines) = &report.baselines {
             let flat = |name: &str, value: f64| Series {

@@ -3,7 +3,8 @@
 //! with the world grader, the true acceptance probability of the greedy recommendation and of the
 //! best of k samples, and the true reliability gain; each prompt's figures too, so runs can be
 //! compared prompt by prompt (paired), and with [`super::baselines`] the share of the gap to the
-//! menu oracle a model closes.
+//! menu oracle a model closes. A learned-grader run evaluated by the world also says how good its
+//! reward model is as a chooser: the truth of the sample it ranks first among k.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -148,7 +149,7 @@ pub fn fill_gap_closed(reports: &mut [ModelReport], reference: RunModel, menu_or
 
 /// How the evaluation samples.
 #[derive(Debug, Clone, Copy)]
-pub struct EvalSettings {
+pub struct EvalSettings<'a> {
     /// Samples per prompt (pass@k and maj@k for k = 1..n).
     pub n: usize,
     pub max_new_tokens: usize,
@@ -160,6 +161,9 @@ pub struct EvalSettings {
     pub constrained: bool,
     /// Keep every graded completion in [`ModelReport::samples`] (`eval --samples-out`).
     pub keep_samples: bool,
+    /// A learned grader that ranks each prompt's samples beside the world grader's verdicts
+    /// ([`ModelReport::learned_pick_of`]); `None` for no such figure.
+    pub reward_model: Option<&'a Grader>,
 }
 
 /// One graded completion of an evaluation (`eval --samples-out`): what a grader outside eval
@@ -206,6 +210,13 @@ pub struct ModelReport {
     pub best_of: Option<Vec<f64>>,
     /// World grader: the mean true reliability gain of the samples (0 for a malformed one).
     pub reliability_gain: Option<f64>,
+    /// World grader on a learned-grader run: `learned_pick_of[k − 1]` is the expected true
+    /// acceptance probability of the sample the run's learned grader ranks first among k — by
+    /// its lower bound, the reward RL trains on (unbiased over k-subsets of the n; a malformed
+    /// sample ranks last and counts 0). Between the mean (k = 1) and `best_of`: how much of the
+    /// truth's best of k the reward model recovers when it chooses.
+    #[serde(default)]
+    pub learned_pick_of: Option<Vec<f64>>,
     /// Tokens generated.
     pub new_tokens: u64,
     pub seconds: f64,
@@ -236,6 +247,10 @@ pub struct PromptFigures {
     /// World grader: `best_of[k − 1]`, the expected true acceptance of the best of k of its
     /// samples, k = 1..n.
     pub best_of: Option<Vec<f64>>,
+    /// World grader on a learned-grader run: `learned_pick_of[k − 1]`, the expected true
+    /// acceptance of the sample the learned grader ranks first among k of its samples.
+    #[serde(default)]
+    pub learned_pick_of: Option<Vec<f64>>,
     /// Whether its greedy completion is well formed.
     pub greedy_format_valid: bool,
     /// Whether its greedy completion was accepted.
@@ -282,13 +297,14 @@ pub fn evaluate(
     policy: &ChatPolicy,
     prompts: &[PromptTokens<'_>],
     grader: &Grader,
-    settings: EvalSettings,
+    settings: EvalSettings<'_>,
     progress: &mut dyn FnMut(usize),
 ) -> anyhow::Result<ModelReport> {
     let mut graded_samples = Vec::new();
     let started = Instant::now();
     let n = settings.n;
     let world = grader.kind() == crate::rft::GraderKind::World;
+    let reward_model = settings.reward_model.filter(|_| world);
     let grammar = super::rollout::recommendation_grammar(policy, settings.constrained)?;
     let mut sums = Sums::new(n);
     let mut per_prompt = Vec::with_capacity(prompts.len());
@@ -334,11 +350,27 @@ pub fn evaluate(
                 .iter()
                 .map(|s| s.verdict.acceptance_probability.unwrap_or(0.0))
                 .collect();
+            // The reward model's order of the samples: its lower bound, malformed ones below
+            // every bound.
+            let learned_keys: Option<Vec<f64>> = reward_model.map(|model| {
+                group
+                    .samples
+                    .iter()
+                    .map(|s| {
+                        let completion = policy.decode(&s.tokens);
+                        model
+                            .grade(batch[index].prompt, &completion, settings.seed)
+                            .learned_lower_bound
+                            .unwrap_or(-1.0)
+                    })
+                    .collect()
+            });
             let mut figures = PromptFigures {
                 id: batch[index].prompt.id.clone(),
                 format_validity: 0.0,
                 pass_at: Vec::with_capacity(n),
                 best_of: world.then(|| Vec::with_capacity(n)),
+                learned_pick_of: learned_keys.as_ref().map(|_| Vec::with_capacity(n)),
                 greedy_format_valid: false,
                 greedy_accepted: false,
                 greedy_acceptance_probability: world.then_some(0.0),
@@ -354,6 +386,11 @@ pub fn evaluate(
                 figures.pass_at.push(pass);
                 if let Some(best_of) = &mut figures.best_of {
                     best_of.push(best);
+                }
+                if let (Some(keys), Some(picks)) = (&learned_keys, &mut figures.learned_pick_of) {
+                    let pick = estimate::expected_pick_of_k(keys, &probabilities, k)?;
+                    sums.learned_pick_of[k - 1] += pick;
+                    picks.push(pick);
                 }
             }
             let mut valid = 0.0;
@@ -422,6 +459,7 @@ pub fn evaluate(
             reliability_gain: world.then(|| sums.greedy_gain / count),
         },
         best_of: world.then(|| mean(sums.best_of)),
+        learned_pick_of: reward_model.map(|_| mean(sums.learned_pick_of)),
         reliability_gain: world.then(|| sums.reliability_gain / samples),
         new_tokens: sums.new_tokens,
         seconds: started.elapsed().as_secs_f64(),
@@ -436,6 +474,7 @@ struct Sums {
     pass_at: Vec<f64>,
     maj_at: Vec<f64>,
     best_of: Vec<f64>,
+    learned_pick_of: Vec<f64>,
     valid: f64,
     format_errors: BTreeMap<String, u64>,
     format_error_examples: BTreeMap<String, String>,
@@ -453,6 +492,7 @@ impl Sums {
             pass_at: vec![0.0; n],
             maj_at: vec![0.0; n],
             best_of: vec![0.0; n],
+            learned_pick_of: vec![0.0; n],
             valid: 0.0,
             format_errors: BTreeMap::new(),
             format_error_examples: BTreeMap::new(),
@@ -489,6 +529,7 @@ mod tests {
             },
             reliability_gain: greedy.map(|_| 0.0),
             best_of,
+            learned_pick_of: None,
             new_tokens: 0,
             seconds: 0.0,
             per_prompt: Vec::new(),

@@ -369,6 +369,8 @@ async fn a_learned_grader_run_keeps_its_fit_resumes_exactly_and_evaluates() {
         ]));
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["grader"], "learned", "{report}");
+    // The reward model as a chooser is measured against the truth only.
+    assert!(report["models"][0]["learned_pick_of"].is_null(), "{report}");
     let stdout = run(arc_rec(&fixture.db.url)
         .args(["eval", "--run"])
         .arg(&out)
@@ -385,6 +387,23 @@ async fn a_learned_grader_run_keeps_its_fit_resumes_exactly_and_evaluates() {
                 prompt["greedy_format_valid"].as_bool().unwrap(),
                 "{prompt}"
             );
+        }
+    }
+    // The learned grader's pick of k lies between a sample (k = 1, where it is the mean) and the
+    // truth's best of k, overall and per prompt.
+    let figures = |value: &serde_json::Value| -> Vec<f64> {
+        let values = value.as_array().unwrap_or_else(|| panic!("{value}"));
+        values.iter().map(|v| v.as_f64().unwrap()).collect()
+    };
+    for model in report["models"].as_array().unwrap() {
+        let rows = std::iter::once(model).chain(model["per_prompt"].as_array().unwrap());
+        for row in rows {
+            let (picks, best) = (figures(&row["learned_pick_of"]), figures(&row["best_of"]));
+            assert_eq!(picks.len(), 2, "{row}");
+            assert!((picks[0] - best[0]).abs() < 1e-12, "{row}");
+            for (pick, best) in picks.iter().zip(&best) {
+                assert!((0.0..=best + 1e-12).contains(pick), "{row}");
+            }
         }
     }
 
