@@ -35,7 +35,8 @@ pub const CANDIDATE_FEATURE_NAMES: [&str; 20] = [
     "log_retry_ratio",
     // 15: ln(new timeout_s / old) (defaults 30 s).
     "log_timeout_ratio",
-    // 16: largest ln(new / old) of a tool's effective timeout, over tools kept.
+    // 16: largest ln(new / old) of a tool's effective timeout, over the tools after the change (a
+    // tool it adds had the configuration's timeout before).
     "log_tool_timeout_ratio",
     // 17: new temperature − old.
     "temperature_delta",
@@ -93,9 +94,11 @@ pub fn candidate_features(candidate: &Candidate, current_config: &Value) -> Vec<
     f[13] = flag(matches!(candidate.source, CandidateSource::Model { .. }));
     f[14] = (after.max_attempts as f64 / before.max_attempts as f64).ln();
     f[15] = (after.timeout_s / before.timeout_s).ln();
-    f[16] = before
+    // Over the tools after the change, so that a diff replacing every tool by new ones with
+    // huge timeouts is seen (a recommender model wrote one with 38,933 s).
+    f[16] = after
         .tool_names()
-        .filter(|name| !name.is_empty() && after.has_tool(name))
+        .filter(|name| !name.is_empty())
         .map(|name| (after.tool_timeout_s(name) / before.tool_timeout_s(name)).ln())
         .fold(
             0.0,

@@ -262,9 +262,33 @@ impl ToolEntry {
             .then(|| self.versions_called as f64 / self.versions_configured as f64)
     }
 
+    /// Whether the tool exists here: a configuration of the organization carries it, or a call
+    /// of it worked. Not a name that only agents asked for (an entry with neither: calls of a
+    /// tool no configuration has, all failing).
+    pub fn exists(&self) -> bool {
+        self.versions_configured > 0 || self.ok_calls > 0
+    }
+
     /// Whether calls of this tool ever work here (it is a real, reachable tool).
     pub fn known_good(&self) -> bool {
         self.ok_calls >= 3
+    }
+}
+
+/// A model or tool a diff brings into a configuration that the organization has never run
+/// ([`CandidateIndex::unknown_name`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnknownName {
+    Model(String),
+    Tool(String),
+}
+
+impl std::fmt::Display for UnknownName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UnknownName::Model(name) => write!(f, "model {name:?}"),
+            UnknownName::Tool(name) => write!(f, "tool {name:?}"),
+        }
     }
 }
 
@@ -536,6 +560,28 @@ impl CandidateIndex {
             .binary_search_by(|t| t.tool.as_str().cmp(name))
             .ok()
             .map(|i| &self.tools[i])
+    }
+
+    /// The first model or tool that applying `diff` to `current_config` brings in and this
+    /// organization has never run (a model without an entry here, a tool that does not
+    /// [`ToolEntry::exists`]), models first; `None` when every name it brings
+    /// in is known. Heuristics only propose models and tools from the organization's history; a
+    /// recommender model may write any name, and an invented one ("}},", a model name as a tool)
+    /// has no statistics to price it and nothing to show it exists.
+    pub fn unknown_name(&self, current_config: &Value, diff: &Value) -> Option<UnknownName> {
+        let before = ConfigView::of(current_config);
+        let after = ConfigView::patched(current_config, diff);
+        if before.model != after.model && self.model(after.model).is_none() {
+            return Some(UnknownName::Model(after.model.to_owned()));
+        }
+        after
+            .tool_names()
+            .find(|name| {
+                !name.is_empty()
+                    && !before.has_tool(name)
+                    && !self.tool(name).is_some_and(ToolEntry::exists)
+            })
+            .map(|name| UnknownName::Tool(name.to_owned()))
     }
 
     /// Past diffs pulling `lever` for versions whose dominant failure is in a category slot.

@@ -37,7 +37,7 @@ pub use features::{
 pub use generate::{CHEAPEST_MAX_PRICE_RATIO, CHEAPEST_RETENTION, MAX_CANDIDATES, generate};
 pub use index::{
     CandidateIndex, Confidence, DiffAgg, Lever, MIN_SIMULATIONS, ModelEntry, OrgStats, ToolEntry,
-    TypicalValues, shrink,
+    TypicalValues, UnknownName, shrink,
 };
 pub use request::{CandidateRequest, FailureObservation, SignalProfile};
 pub use signals::{CATEGORIES, FailureSignal};

@@ -806,6 +806,71 @@ fn features_have_fixed_layouts() {
     assert_eq!(CANDIDATE_FEATURE_NAMES.len(), CANDIDATE_FEATURES);
 }
 
+/// A recommender model wrote this (ranked first in the quick start's sample answer): every tool
+/// replaced by invented names, one with a timeout of 38,933 s. Its features must see the timeout,
+/// and its names are not the organization's.
+#[test]
+fn a_diff_s_new_tools_count_in_its_features_and_invented_names_are_unknown() {
+    let current = config();
+    let junk = json!({"tools": [{"name": "anthropic/claude-3.5-sonnet"}, {"name": "}},"},
+                                {"name": "retry_policy", "timeout_s": 38933}]});
+    let candidate = |diff: Value| Candidate {
+        candidate_id: String::new(),
+        recommendation_type: T::ToolConfiguration,
+        diff,
+        description: String::new(),
+        expected_reliability_delta: 0.0,
+        expected_cost_delta_usd: 0.0,
+        evidence_count: 0,
+        source: CandidateSource::Model {
+            model_version_id: "m".into(),
+            prior: None,
+        },
+    };
+    let f = candidate_features(&candidate(junk.clone()), &current);
+    // A new tool had the configuration's 5 s before.
+    assert!((f[16] - (38933f64 / 5.0).ln()).abs() < 1e-9, "{}", f[16]);
+    assert_eq!(f[18], 1.0);
+    // Adding a tool without a timeout of its own changes no tool's timeout.
+    let added =
+        json!({"tools": [{"name": "web_search"}, {"name": "calculator"}, {"name": "crm_lookup"}]});
+    assert_eq!(
+        candidate_features(&candidate(added.clone()), &current)[16],
+        0.0
+    );
+
+    let index = index();
+    assert_eq!(
+        index.unknown_name(&current, &junk),
+        Some(UnknownName::Tool("anthropic/claude-3.5-sonnet".into()))
+    );
+    assert_eq!(index.unknown_name(&current, &added), None);
+    // Known tools and models, removals and plain changes bring in nothing unknown; a tool only
+    // agents asked for (no configuration has it, no call of it worked) is unknown.
+    for known in [
+        json!({"model": HAIKU}),
+        json!({"tools": [{"name": "calculator"}]}),
+        json!({"tools": [{"name": "web_search"}, {"name": "calculator"}, {"name": "calendar_lookup"}]}),
+        json!({"temperature": 0.2}),
+    ] {
+        assert_eq!(index.unknown_name(&current, &known), None, "{known}");
+    }
+    assert_eq!(
+        index.unknown_name(&current, &json!({"model": "acme/gpt-9"})),
+        Some(UnknownName::Model("acme/gpt-9".into()))
+    );
+    assert_eq!(
+        index.unknown_name(&current, &json!({"tools": [{"name": "web_browser"}]})),
+        Some(UnknownName::Tool("web_browser".into()))
+    );
+    // A configuration's own tools stay known whatever the index says.
+    let own = json!({"model": GPT, "temperature": 0.7, "tools": [{"name": "}},"}]});
+    assert_eq!(
+        index.unknown_name(&own, &json!({"tools": [{"name": "}},", "timeout_s": 9}]})),
+        None
+    );
+}
+
 /// `cargo test --release --no-default-features --lib candidates::tests::generate_speed -- --ignored --nocapture`
 #[test]
 #[ignore = "timing, run by hand in release"]

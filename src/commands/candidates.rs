@@ -1,7 +1,8 @@
 //! `arc-rec candidates`: the trained recommender's ideas, made ready for serving. A run's RL
 //! model (warm-up model + adapter; or its warm-up or base model, `--model`) writes k
 //! recommendations for the typical configuration of every (organization, failure cluster) of the
-//! run's data; those that pass the graders' format check and serving's hard constraints go to
+//! run's data; those that pass the graders' format check, name only models and tools the
+//! organization has run, and pass serving's hard constraints go to
 //! `candidate_recommendations` tagged with the model version, where `serve` ranks them beside the heuristic candidates, each from the
 //! learned grader's prior (`--prior`) until feedback prices it. The database is opened only
 //! around the checks and the grader's fit before the model work and the write after it.
@@ -16,6 +17,7 @@ use clap::Args;
 
 use super::DatabaseArgs;
 use super::learned_grader_fit::{FitOn, fit_learned_grader};
+use crate::candidates::CandidateIndex;
 use crate::domain::CandidateSource;
 use crate::rft::model_candidates::{
     ClusterCandidates, Harvest, ServingContext, StoredCandidate, candidate_lines, harvest,
@@ -100,6 +102,7 @@ struct OrgSummary {
     contexts: usize,
     generated: usize,
     valid: usize,
+    unknown: usize,
     passed: usize,
     rows: usize,
     for_cluster: usize,
@@ -166,7 +169,10 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let stored_clusters: BTreeMap<String, BTreeSet<String>> = {
+    let (stored_clusters, indexes): (
+        BTreeMap<String, BTreeSet<String>>,
+        BTreeMap<String, CandidateIndex>,
+    ) = {
         let orgs = orgs.clone();
         super::with_database(database, |pool| async move {
             let unknown = training_runs::unknown_orgs(&pool, &orgs).await?;
@@ -176,12 +182,16 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
                     unknown.join(", ")
                 );
             }
-            let mut stored = BTreeMap::new();
+            let (mut stored, mut indexes) = (BTreeMap::new(), BTreeMap::new());
             for org in orgs {
                 let ids = active_cluster_ids(&pool, &org).await?;
-                stored.insert(org, ids.into_iter().collect());
+                stored.insert(org.clone(), ids.into_iter().collect());
+                let index = CandidateIndex::load(&pool, &org)
+                    .await
+                    .with_context(|| format!("loading {org}'s models and tools"))?;
+                indexes.insert(org, index);
             }
-            Ok(stored)
+            Ok((stored, indexes))
         })
         .await?
     };
@@ -213,12 +223,28 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         runtime.describe()
     );
     let generation = Instant::now();
-    let harvests = tokio::task::block_in_place(|| {
-        generate(
-            args, &settings, runtime, &dataset, &contexts, &run_id, sampling,
-        )
+    let generated = tokio::task::block_in_place(|| {
+        generate(args, &settings, runtime, &dataset, &contexts, sampling)
     })?;
     let generation_seconds = generation.elapsed().as_secs_f64();
+    let harvests: Vec<Harvest> = contexts
+        .iter()
+        .zip(&generated)
+        .map(|(context, generated)| {
+            // `indexes` has every context's organization: it was loaded for each.
+            let empty;
+            let index = match indexes.get(context.org) {
+                Some(index) => index,
+                None => {
+                    empty = CandidateIndex::empty(context.org);
+                    &empty
+                }
+            };
+            let harvest = harvest(context.prompt, &generated.completions, &run_id, index);
+            debug_assert_eq!(harvest.valid, generated.format_valid);
+            harvest
+        })
+        .collect();
 
     // Candidates of a context whose cluster is not an active stored cluster (an export made
     // before `arc-rec cluster`, whose clusters are failure categories, or clusters renamed since)
@@ -227,6 +253,7 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
     let mut per_org: BTreeMap<&str, Vec<ClusterCandidates>> = BTreeMap::new();
     let mut unmatched = 0;
     let mut format_errors: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut first_unknown = None;
     for (context, harvest) in contexts.iter().zip(&harvests) {
         let stored = stored_clusters
             .get(context.org)
@@ -238,7 +265,14 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         summary.contexts += 1;
         summary.generated += harvest.generated;
         summary.valid += harvest.valid;
+        summary.unknown += harvest.unknown_names;
         summary.passed += harvest.candidates.len();
+        if first_unknown.is_none() {
+            first_unknown = harvest
+                .first_unknown
+                .as_ref()
+                .map(|name| format!("{name} in {}", context.org));
+        }
         for (kind, count) in &harvest.format_errors {
             *format_errors.entry(kind).or_insert(0) += count;
         }
@@ -256,6 +290,7 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
     }
     let generated: usize = summaries.values().map(|s| s.generated).sum();
     let valid: usize = summaries.values().map(|s| s.valid).sum();
+    let unknown: usize = summaries.values().map(|s| s.unknown).sum();
     let passed: usize = summaries.values().map(|s| s.passed).sum();
     let errors = format_errors
         .iter()
@@ -264,7 +299,7 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         .join(", ");
     if passed == 0 {
         bail!(
-            "the model produced no usable candidate: {generated} recommendations generated, {valid} passed the format check{}, none passed the hard constraints; nothing was written (train the run longer, e.g. more --sft-steps, or sample more with --k)",
+            "the model produced no usable candidate: {generated} recommendations generated, {valid} passed the format check{}, {unknown} of them named a model or tool the organization has never run, none passed the hard constraints; nothing was written (train the run longer, e.g. more --sft-steps, or sample more with --k)",
             if errors.is_empty() {
                 String::new()
             } else {
@@ -319,6 +354,11 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
     print_summary(&summaries);
     if !errors.is_empty() {
         println!("format errors: {errors}");
+    }
+    if let Some(example) = &first_unknown {
+        println!(
+            "{unknown} valid recommendations named a model or tool the organization has never run and were dropped (e.g. {example})"
+        );
     }
     if unmatched > 0 {
         println!(
@@ -386,16 +426,22 @@ fn price(
     Ok(())
 }
 
-/// Samples every context's completions with the run's RL model and reads them as candidates.
+/// One context's completions.
+struct Generated {
+    completions: Vec<String>,
+    /// How many passed the graders' format check (what `harvest` counts as valid).
+    format_valid: usize,
+}
+
+/// Samples every context's completions with the run's RL model.
 fn generate(
     args: &CandidatesArgs,
     settings: &TrainSettings,
     runtime: trainer::device::Runtime,
     dataset: &RftDataset,
     contexts: &[ServingContext<'_>],
-    run_id: &str,
     sampling: Sampling<'_>,
-) -> anyhow::Result<Vec<Harvest>> {
+) -> anyhow::Result<Vec<Generated>> {
     let policy = load_run_model(args.model, settings, &args.run, runtime)?;
     let grammar = recommendation_grammar(&policy, args.constrained.is_on())?;
     let sampling = Sampling {
@@ -411,49 +457,47 @@ fn generate(
     let bar = std::io::stderr()
         .is_terminal()
         .then(|| crate::progress::bar(total as u64, "contexts", false));
-    let mut harvests = Vec::with_capacity(total);
+    let mut generated = Vec::with_capacity(total);
     for batch in tokens.chunks(args.batch_prompts) {
         let picks: Vec<&PromptTokens<'_>> = batch.iter().collect();
         let rollout = rollout(&policy, &picks, sampling, &grader, args.seed)?;
-        for (pick, group) in batch.iter().zip(rollout.groups) {
-            let completions: Vec<String> = group
-                .samples
-                .iter()
-                .map(|sample| policy.decode(&sample.tokens))
-                .collect();
-            let harvest = harvest(pick.prompt, &completions, run_id);
-            debug_assert_eq!(
-                harvest.valid,
-                group
+        for group in rollout.groups {
+            generated.push(Generated {
+                completions: group
+                    .samples
+                    .iter()
+                    .map(|sample| policy.decode(&sample.tokens))
+                    .collect(),
+                format_valid: group
                     .samples
                     .iter()
                     .filter(|s| s.verdict.format_valid)
-                    .count()
-            );
-            harvests.push(harvest);
+                    .count(),
+            });
         }
         match &bar {
-            Some(bar) => bar.set_position(harvests.len() as u64),
+            Some(bar) => bar.set_position(generated.len() as u64),
             None => println!(
-                "generated for {}/{total} contexts ({} candidates so far)",
-                harvests.len(),
-                harvests.iter().map(|h| h.candidates.len()).sum::<usize>()
+                "generated for {}/{total} contexts ({} well-formed recommendations so far)",
+                generated.len(),
+                generated.iter().map(|g| g.format_valid).sum::<usize>()
             ),
         }
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    Ok(harvests)
+    Ok(generated)
 }
 
 fn print_summary(summaries: &BTreeMap<&str, OrgSummary>) {
     println!(
-        "{:<16} {:>8} {:>9} {:>6} {:>6} {:>7} {:>5} {:>8} {:>11}",
+        "{:<16} {:>8} {:>9} {:>6} {:>7} {:>6} {:>7} {:>5} {:>8} {:>11}",
         "organization",
         "contexts",
         "generated",
         "valid",
+        "unknown",
         "passed",
         "written",
         "new",
@@ -463,10 +507,11 @@ fn print_summary(summaries: &BTreeMap<&str, OrgSummary>) {
     let mut total = OrgSummary::default();
     let line = |org: &str, s: &OrgSummary| {
         println!(
-            "{org:<16} {:>8} {:>9} {:>6} {:>6} {:>7} {:>5} {:>8} {:>11}",
+            "{org:<16} {:>8} {:>9} {:>6} {:>7} {:>6} {:>7} {:>5} {:>8} {:>11}",
             s.contexts,
             s.generated,
             s.valid,
+            s.unknown,
             s.passed,
             s.rows,
             s.saved.inserted,
@@ -479,6 +524,7 @@ fn print_summary(summaries: &BTreeMap<&str, OrgSummary>) {
         total.contexts += summary.contexts;
         total.generated += summary.generated;
         total.valid += summary.valid;
+        total.unknown += summary.unknown;
         total.passed += summary.passed;
         total.rows += summary.rows;
         total.for_cluster += summary.for_cluster;
@@ -487,8 +533,9 @@ fn print_summary(summaries: &BTreeMap<&str, OrgSummary>) {
     }
     line("total", &total);
     println!(
-        "valid: passed the graders' format check; passed: also serving's hard constraints (a valid \
-         configuration after the diff, a real change, no two alike in a context); written: rows of \
+        "valid: passed the graders' format check; unknown: valid, but bringing in a model or tool \
+         the organization has never run (dropped); passed: valid, no unknown name, and serving's \
+         hard constraints (a valid configuration after the diff, a real change, no two alike in a context); written: rows of \
          candidate_recommendations (a candidate proposed in several clusters is one row, for any \
          cluster); for cluster: rows tied to one failure cluster, the others serve every cluster"
     );

@@ -84,10 +84,10 @@ pub struct TrainArgs {
     /// from anything logged earns little whatever its mean says.
     #[arg(long, default_value_t = crate::rft::learned_grader::DEFAULT_LCB_Z)]
     pub learned_lcb_z: f64,
-    /// What `--grader learned` rewards as p = 0 (the floor) rather than by σ(μ − κ·s): switches
-    /// to a model the organization never ran and diffs with a feature beyond the range of the
-    /// logged decisions (ranges), or only such switches (models). Serving priors from
-    /// `candidates` keep both floors either way.
+    /// What `--grader learned` rewards as p = 0 (the floor) rather than by σ(μ − κ·s): diffs
+    /// bringing in a model or tool the organization never ran and diffs with a feature beyond
+    /// the range of the logged decisions (ranges), or only the first (models). Serving priors
+    /// from `candidates` keep both floors either way.
     #[arg(long, value_enum, default_value_t = crate::rft::learned_grader::LearnedFloor::Ranges)]
     pub learned_floor: crate::rft::learned_grader::LearnedFloor,
     /// Seed of the synthetic world the data came from (`--grader world`).

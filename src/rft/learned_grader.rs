@@ -12,9 +12,9 @@
 //! The reward is pessimistic where the data is thin: the lower confidence bound
 //! σ(μ − κ·s) of the posterior log-odds (μ the mean score, s its posterior standard deviation,
 //! κ = `--learned-lcb-z`), so a diff far from anything logged earns little however its mean
-//! extrapolates. Beyond it altogether (a switch to a model the organization never ran and, by
-//! default, any feature past the range the logged decisions span) the reward is the floor,
-//! p = 0; `--learned-floor models` keeps the floor for unknown models only and grades the rest
+//! extrapolates. Beyond it altogether (a model or tool the organization never ran, and by
+//! default any feature past the range the logged decisions span) the reward is the floor,
+//! p = 0; `--learned-floor models` keeps the floor for unknown names only and grades the rest
 //! by the lower bound. Like every grader it judges the change (the minimal patch), not its label: the
 //! recommendation-type one-hot is left out of c, so two completions with one canonical answer
 //! always get one verdict (the objectives rely on it), whatever type each declares. So are
@@ -37,7 +37,7 @@ use sha2::{Digest, Sha256};
 
 use super::completion::minimal_patch;
 use super::dataset::RftPrompt;
-use crate::candidates::{CandidateIndex, CandidateRequest, ConfigView};
+use crate::candidates::{CandidateIndex, CandidateRequest};
 use crate::clustering::{ClusterModel, FailureText};
 use crate::domain::{Candidate, CandidatePrior, CandidateSource, RecommendationType};
 use crate::export::example::FailureGroup;
@@ -64,12 +64,13 @@ const REFIT_TOLERANCE: f64 = 1e-9;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum LearnedFloor {
-    /// A switch to a model the organization has never run, and a diff with any feature beyond
-    /// the range the logged decisions span.
+    /// A diff bringing in a model or tool the organization has never run, and a diff with any
+    /// feature beyond the range the logged decisions span.
     #[default]
     Ranges,
-    /// Only a switch to a model the organization has never run; beyond the logged range the
-    /// lower bound applies, its s growing with the distance.
+    /// Only a diff bringing in a model or tool the organization has never run (the name is kept
+    /// from when it covered models only); beyond the logged range the lower bound applies, its s
+    /// growing with the distance.
     Models,
 }
 
@@ -206,14 +207,14 @@ pub fn place_prompts<'a>(
 pub struct LearnedScore {
     /// σ(μ): the posterior mean's acceptance probability.
     pub probability: f64,
-    /// σ(μ − κ·s): the pessimistic probability the reward is made of; 0 (the floor) for a switch
-    /// to a model the organization has never run and, under [`LearnedFloor::Ranges`], for any
-    /// diff out of the data's support.
+    /// σ(μ − κ·s): the pessimistic probability the reward is made of; 0 (the floor) for a diff
+    /// bringing in a model or tool the organization has never run and, under
+    /// [`LearnedFloor::Ranges`], for any diff out of the data's support.
     pub lower_bound: f64,
     /// s, the posterior standard deviation of the log-odds.
     pub log_odds_sd: f64,
-    /// Whether the diff lies in the logged data's support: a model the organization has run,
-    /// and every candidate feature within the range the fitted decisions span. Outside it the
+    /// Whether the diff lies in the logged data's support: only models and tools the
+    /// organization has run ([`CandidateIndex::unknown_name`]), and every candidate feature within the range the fitted decisions span. Outside it the
     /// linear log-odds extrapolate (world 7's first learned-grader run learned to write
     /// `{"timeout_s": 2}` in 55 of 80 contexts: far below any logged timeout, read as ever
     /// better), so a serving prior counts it as p = 0 and, under [`LearnedFloor::Ranges`],
@@ -418,14 +419,17 @@ impl LearnedGrader {
         let c = candidate_of(prompt, index, patch);
         let mean = self.policy.mean_score(&z, &c)?;
         let sd = self.policy.posterior_sd(&z, &c)?;
-        let known_model = !switches_to_an_unknown_model(index, &prompt.current_config, patch);
+        // An unknown model or tool is out of support whatever its features say: nothing prices
+        // it (a switch's cost delta reads 0, a free upgrade) and nothing shows it exists; the
+        // first learned-grader runs on world 1 learned to write made-up model names for that.
+        let known_names = index.unknown_name(&prompt.current_config, patch).is_none();
         let in_range = c
             .iter()
             .zip(&self.support)
             .all(|(&v, &(lo, hi))| (lo - SUPPORT_SLACK..=hi + SUPPORT_SLACK).contains(&v));
         let floored = match self.pessimism.floor {
-            LearnedFloor::Ranges => !(known_model && in_range),
-            LearnedFloor::Models => !known_model,
+            LearnedFloor::Ranges => !(known_names && in_range),
+            LearnedFloor::Models => !known_names,
         };
         let lower_bound = if floored {
             0.0
@@ -436,7 +440,7 @@ impl LearnedGrader {
             probability: sigmoid(mean),
             lower_bound,
             log_odds_sd: sd,
-            in_support: known_model && in_range,
+            in_support: known_names && in_range,
         })
     }
 }
@@ -476,21 +480,6 @@ impl LearnedGrader {
             sd: variance.sqrt().min(1.0),
         }))
     }
-}
-
-/// Whether `patch` switches to a model the organization has never run. Such a switch is out of
-/// the data's support whatever its features say: nothing prices it (its cost delta reads 0, a
-/// free upgrade) and nothing shows the model exists; the first learned-grader runs on world 1
-/// learned to write made-up model names for exactly that. The heuristics likewise only propose
-/// models from the organization's history. Its lower bound, and so its reward, is the floor.
-fn switches_to_an_unknown_model(
-    index: &CandidateIndex,
-    current_config: &Value,
-    patch: &Value,
-) -> bool {
-    let before = ConfigView::of(current_config);
-    let after = ConfigView::patched(current_config, patch);
-    before.model != after.model && index.model(after.model).is_none()
 }
 
 /// The context vector z of a prompt, as serving builds it for the same failures and user: with
@@ -744,8 +733,8 @@ mod tests {
     }
 
     /// `--learned-floor models`: beyond the logged range the reward is the lower bound, which
-    /// the wider posterior there pulls down; an unknown model and the serving prior keep the
-    /// floor.
+    /// the wider posterior there pulls down; an unknown model or tool and the serving prior keep
+    /// the floor.
     #[test]
     fn the_models_floor_grades_beyond_the_logged_range_by_the_lower_bound() {
         let prompts: Vec<RftPrompt> = (0..30).map(prompt).collect();
@@ -794,6 +783,45 @@ mod tests {
             .score(&fresh, &json!({"model": "anthropic/claude-3-haiku"}))
             .unwrap();
         assert_eq!(switch.lower_bound, 0.0);
+        // So does a tool the organization has never run, whatever name a model invents for it
+        // (a recommender model wrote these three, one with a timeout of 38,933 s) ...
+        let invented = json!({"tools": [{"name": "anthropic/claude-3.5-sonnet"}, {"name": "}},"},
+                                        {"name": "retry_policy", "timeout_s": 38933}]});
+        let invented_score = models_only.score(&fresh, &invented).unwrap();
+        assert!(
+            invented_score.lower_bound == 0.0 && !invented_score.in_support,
+            "{invented_score:?}"
+        );
+        let prior = models_only.prior([(&fresh, &invented)]).unwrap().unwrap();
+        assert_eq!((prior.mean, prior.sd), (0.0, 0.0));
+        // ... while adding one it has run is graded by its lower bound.
+        let tool_rows = crate::storage::candidate_stats::StatsRows {
+            tools: vec![crate::storage::candidate_stats::ToolRow {
+                tool: "web_search".into(),
+                calls: 50,
+                ok_calls: 45,
+                p50_ok_ms: Some(800.0),
+                p90_ok_ms: Some(2500.0),
+                versions_configured: 4,
+                versions_called: 4,
+            }],
+            ..Default::default()
+        };
+        let with_tools = LearnedGrader::fit(
+            &prompts,
+            vec![CandidateIndex::from_rows("acme", &tool_rows)],
+            BTreeMap::new(),
+            Pessimism {
+                floor: LearnedFloor::Models,
+                ..Pessimism::default()
+            },
+            "sha".into(),
+        )
+        .unwrap();
+        let known_tool = with_tools
+            .score(&fresh, &json!({"tools": [{"name": "web_search"}]}))
+            .unwrap();
+        assert!(known_tool.lower_bound > 0.0, "{known_tool:?}");
         // The file keeps the floor, and a file from before the option reads as ranges.
         let file = models_only.to_file();
         assert_eq!(file.floor, LearnedFloor::Models);

@@ -1,14 +1,15 @@
 //! The recommender model's candidates for serving, the parts that need no model: which contexts
 //! the model is asked about (per organization and failure cluster, the cluster's typical
 //! configuration with the user turn the export rendered for it), which of its completions become
-//! candidates (the graders' format check, then serving's hard constraints), and how one
+//! candidates (the graders' format check, only models and tools the organization has run, then
+//! serving's hard constraints), and how one
 //! organization's candidates from several clusters are stored (one row per candidate id).
 
 use std::collections::{BTreeMap, HashMap};
 
 use super::completion::parse_recommendation;
 use super::dataset::{RftDataset, RftPrompt};
-use crate::candidates::finalize;
+use crate::candidates::{CandidateIndex, UnknownName, finalize};
 use crate::domain::agent_config::config_hash;
 use crate::domain::{Candidate, CandidateSource};
 
@@ -106,9 +107,14 @@ pub struct Harvest {
     pub valid: usize,
     /// Why the others did not, by [`super::FormatError::kind`].
     pub format_errors: BTreeMap<&'static str, usize>,
+    /// Valid ones dropped for bringing in a model or tool the organization has never run
+    /// ([`CandidateIndex::unknown_name`]), with the first such name.
+    pub unknown_names: usize,
+    pub first_unknown: Option<UnknownName>,
     /// The valid ones that also pass serving's hard constraints for the context's configuration
-    /// ([`finalize`]: valid merge patch and result, a real change, no two with the same effect),
-    /// as candidates of `model_version_id`.
+    /// ([`finalize`]: valid merge patch and result, a real change, no two with the same effect)
+    /// and name only models and tools the organization has run, as candidates of
+    /// `model_version_id`.
     pub candidates: Vec<Candidate>,
 }
 
@@ -116,8 +122,16 @@ pub struct Harvest {
 /// answer (the minimal merge patch to the configuration it leads to, so keys the model repeated
 /// unchanged are not imposed on other configurations), its description the completion's
 /// rationale; expected deltas and evidence are 0 (the model gives no estimate of its own, and the
-/// bandit learns the candidate's worth from feedback).
-pub fn harvest(prompt: &RftPrompt, completions: &[String], model_version_id: &str) -> Harvest {
+/// bandit learns the candidate's worth from feedback). A diff bringing in a model or tool
+/// `index` (the context's organization's) has no entry for is dropped: the heuristics propose
+/// only what the organization has run, and an invented name (a recommender model wrote tools
+/// named "}}," and "retry_policy") has nothing to price it or show it exists.
+pub fn harvest(
+    prompt: &RftPrompt,
+    completions: &[String],
+    model_version_id: &str,
+    index: &CandidateIndex,
+) -> Harvest {
     let mut harvest = Harvest {
         generated: completions.len(),
         ..Harvest::default()
@@ -133,6 +147,11 @@ pub fn harvest(prompt: &RftPrompt, completions: &[String], model_version_id: &st
         };
         harvest.valid += 1;
         let diff = parsed.patch;
+        if let Some(name) = index.unknown_name(&prompt.current_config, &diff) {
+            harvest.unknown_names += 1;
+            harvest.first_unknown.get_or_insert(name);
+            continue;
+        }
         drafts.push(Candidate {
             candidate_id: Candidate::id_for(parsed.kind, &diff),
             recommendation_type: parsed.kind,
@@ -371,7 +390,7 @@ mod tests {
         ]
         .map(str::to_owned)
         .to_vec();
-        let harvest = harvest(&p, &completions, "rft-1");
+        let harvest = harvest(&p, &completions, "rft-1", &CandidateIndex::empty("acme"));
         assert_eq!((harvest.generated, harvest.valid), (7, 3));
         assert_eq!(harvest.format_errors.values().sum::<usize>(), 4);
         assert_eq!(harvest.format_errors["no_change"], 1);
@@ -405,12 +424,74 @@ mod tests {
     }
 
     #[test]
+    fn names_the_organization_has_never_run_are_dropped() {
+        let p = prompt(
+            "a1",
+            "acme",
+            Some("c"),
+            json!({"model": "openai/gpt-4.1", "temperature": 0.7, "tools": [{"name": "web_search"}]}),
+            1,
+        );
+        let completions: Vec<String> = [
+            // What a recommender model wrote, ranked first by serving before this check: every
+            // tool replaced by invented ones, one with a timeout of 38,933 s.
+            r#"{"type": "tool_configuration", "diff": {"tools": [{"name": "anthropic/claude-3.5-sonnet"}, {"name": "}},"}, {"name": "retry_policy", "timeout_s": 38933}]}, "rationale": "Tools."}"#,
+            r#"{"type": "model_switch", "diff": {"model": "acme/gpt-9"}, "rationale": "Bigger."}"#,
+            // Known: a tool the organization has run, and a model it has run.
+            r#"{"type": "tool_configuration", "diff": {"tools": [{"name": "web_search"}, {"name": "calculator"}]}, "rationale": "Add."}"#,
+            r#"{"type": "model_switch", "diff": {"model": "anthropic/claude-3-haiku"}, "rationale": "Cheaper."}"#,
+            // Removing a tool brings nothing in.
+            r#"{"type": "tool_configuration", "diff": {"tools": []}, "rationale": "Fewer."}"#,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let rows = crate::storage::candidate_stats::StatsRows {
+            models: vec![crate::storage::candidate_stats::ModelRow {
+                model: "anthropic/claude-3-haiku".into(),
+                runs: 40,
+                simulations: 10,
+                mean_reliability: Some(0.8),
+                mean_cost_usd: Some(0.01),
+                usd_per_1k_tokens: Some(0.4),
+                success_reliability: None,
+                failure_reliability: None,
+            }],
+            tools: vec![crate::storage::candidate_stats::ToolRow {
+                tool: "calculator".into(),
+                calls: 20,
+                ok_calls: 20,
+                p50_ok_ms: Some(5.0),
+                p90_ok_ms: Some(9.0),
+                versions_configured: 2,
+                versions_called: 2,
+            }],
+            ..Default::default()
+        };
+        let index = CandidateIndex::from_rows("acme", &rows);
+        let harvest = harvest(&p, &completions, "m", &index);
+        assert_eq!((harvest.generated, harvest.valid), (5, 5));
+        assert_eq!(harvest.unknown_names, 2);
+        assert_eq!(
+            harvest.first_unknown,
+            Some(UnknownName::Tool("anthropic/claude-3.5-sonnet".into()))
+        );
+        let kept: Vec<&Value> = harvest.candidates.iter().map(|c| &c.diff).collect();
+        assert_eq!(kept.len(), 3, "{kept:?}");
+        assert!(kept.contains(&&json!({"model": "anthropic/claude-3-haiku"})));
+        assert!(kept.contains(&&json!({"tools": []})));
+        // With no statistics at all, nothing new is known.
+        let bare = super::harvest(&p, &completions, "m", &CandidateIndex::empty("acme"));
+        assert_eq!((bare.unknown_names, bare.candidates.len()), (4, 1));
+    }
+
+    #[test]
     fn a_candidate_of_several_clusters_is_stored_once_for_any_cluster() {
         let p = prompt("a1", "acme", Some("c"), config(0.7), 1);
         let completion =
             |diff: &str| format!(r#"{{"type": "temperature", "diff": {diff}, "rationale": "r"}}"#);
-        let cool = harvest(&p, &[completion(r#"{"temperature": 0.2}"#)], "m").candidates;
-        let warm = harvest(&p, &[completion(r#"{"temperature": 0.9}"#)], "m").candidates;
+        let index = CandidateIndex::empty("acme");
+        let cool = harvest(&p, &[completion(r#"{"temperature": 0.2}"#)], "m", &index).candidates;
+        let warm = harvest(&p, &[completion(r#"{"temperature": 0.9}"#)], "m", &index).candidates;
         let rows = merge_clusters([
             (Some("a".to_owned()), cool.clone()),
             (Some("b".to_owned()), [warm.clone(), cool.clone()].concat()),
