@@ -317,11 +317,24 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         summary.rows = rows.len();
         summary.for_cluster = rows.iter().filter(|(c, _)| c.is_some()).count();
     }
+    // Printed under the summary table, whichever way the candidates are written.
+    let mut notes = Vec::new();
+    if !errors.is_empty() {
+        notes.push(format!("format errors: {errors}"));
+    }
+    if let Some(example) = &first_unknown {
+        notes.push(format!(
+            "{unknown} valid recommendations named a model or tool the organization has never run and were dropped (e.g. {example})"
+        ));
+    }
     if let Some(out) = &args.out {
         let text = candidate_lines(&rows)?;
         crate::training::run_dir::write_atomically(out, text.as_bytes())
             .with_context(|| format!("--out {}", out.display()))?;
         print_summary(&summaries);
+        for note in &notes {
+            println!("{note}");
+        }
         println!(
             "wrote {} candidates of model version {run_id} to {} in {:.1} s ({:.1} s generating)",
             rows.values().map(Vec::len).sum::<usize>(),
@@ -352,13 +365,8 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         }
     }
     print_summary(&summaries);
-    if !errors.is_empty() {
-        println!("format errors: {errors}");
-    }
-    if let Some(example) = &first_unknown {
-        println!(
-            "{unknown} valid recommendations named a model or tool the organization has never run and were dropped (e.g. {example})"
-        );
+    for note in &notes {
+        println!("{note}");
     }
     if unmatched > 0 {
         println!(
