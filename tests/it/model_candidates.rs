@@ -112,7 +112,14 @@ async fn model_candidates_are_served_marked_as_the_models_and_feedback_on_them_i
         )),
         "{stdout}"
     );
-    for column in ["contexts", "generated", "valid", "passed", "written"] {
+    for column in [
+        "contexts",
+        "generated",
+        "valid",
+        "unknown",
+        "passed",
+        "written",
+    ] {
         assert!(stdout.contains(column), "summary lacks {column}: {stdout}");
     }
     // Rows tied to a cluster are tied to an active stored cluster (only the clustered
