@@ -35,7 +35,8 @@ use FailureSignal as S;
 const TRANSIENT: [FailureSignal; 3] = [S::ToolTimeout, S::RateLimit, S::ProviderError];
 const HOT_SIGNALS: [FailureSignal; 3] = [S::MalformedArgs, S::HallucinatedTool, S::OutputFormat];
 
-/// Candidates for the request: the heuristics' and the caller's model candidates, every one a
+/// Candidates for the request: the heuristics' and the caller's model candidates (those naming
+/// only models and tools the organization has run), every one a
 /// valid diff that changes the configuration, within the cost cap, no two alike, at most
 /// [`MAX_CANDIDATES`], most promising (expected reliability delta) first.
 pub fn generate(index: &CandidateIndex, request: &CandidateRequest) -> Vec<Candidate> {
@@ -49,7 +50,20 @@ pub fn generate(index: &CandidateIndex, request: &CandidateRequest) -> Vec<Candi
     timeout_adjustment(&ctx, &mut drafts);
     temperature(&ctx, &mut drafts);
     tool_configuration(&ctx, &mut drafts);
-    drafts.extend(request.model_candidates.iter().cloned());
+    // A model candidate bringing in a model or tool the organization has never run has nothing
+    // to price it (`arc-rec candidates` drops them; this also covers rows it stored before it
+    // did, and configurations it never saw).
+    drafts.extend(
+        request
+            .model_candidates
+            .iter()
+            .filter(|c| {
+                index
+                    .unknown_name(&request.current_config, &c.diff)
+                    .is_none()
+            })
+            .cloned(),
+    );
     finalize(
         &request.current_config,
         drafts,

@@ -603,7 +603,7 @@ fn tool_configuration_adds_requested_and_removes_unused_and_dead_tools() {
 }
 
 #[test]
-fn no_op_invalid_and_duplicate_model_candidates_are_dropped() {
+fn no_op_invalid_duplicate_and_unknown_model_candidates_are_dropped() {
     let current = config();
     let model_candidate = |kind: T, diff: Value, cost: f64| Candidate {
         candidate_id: "whatever".to_owned(),
@@ -644,6 +644,13 @@ fn no_op_invalid_and_duplicate_model_candidates_are_dropped() {
         ),
         // Equal to a heuristic candidate's diff: the heuristic one is kept.
         model_candidate(T::Cheapest, json!({"model": HAIKU}), -0.01),
+        // Valid, but bringing in a model or tools the organization has never run.
+        model_candidate(T::ModelSwitch, json!({"model": "acme/gpt-9"}), 0.0),
+        model_candidate(
+            T::ToolConfiguration,
+            json!({"tools": [{"name": "}},"}, {"name": "retry_policy", "timeout_s": 38933}]}),
+            0.0,
+        ),
     ];
     let out = generate(&index(), &req);
     assert_constraints(&current, &out, None);
