@@ -732,15 +732,10 @@ mod tests {
         assert_eq!(plain.lower_bound, plain.probability);
     }
 
-    /// `--learned-floor models`: beyond the logged range the reward is the lower bound, which
-    /// the wider posterior there pulls down; an unknown model or tool and the serving prior keep
-    /// the floor.
-    #[test]
-    fn the_models_floor_grades_beyond_the_logged_range_by_the_lower_bound() {
-        let prompts: Vec<RftPrompt> = (0..30).map(prompt).collect();
-        let models_only = LearnedGrader::fit(
-            &prompts,
-            vec![CandidateIndex::empty("acme")],
+    fn fitted_with_the_models_floor(prompts: &[RftPrompt], index: CandidateIndex) -> LearnedGrader {
+        LearnedGrader::fit(
+            prompts,
+            vec![index],
             BTreeMap::new(),
             Pessimism {
                 floor: LearnedFloor::Models,
@@ -748,7 +743,16 @@ mod tests {
             },
             "sha".into(),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// `--learned-floor models`: beyond the logged range the reward is the lower bound, which
+    /// the wider posterior there pulls down; an unknown model or tool and the serving prior keep
+    /// the floor.
+    #[test]
+    fn the_models_floor_grades_beyond_the_logged_range_by_the_lower_bound() {
+        let prompts: Vec<RftPrompt> = (0..30).map(prompt).collect();
+        let models_only = fitted_with_the_models_floor(&prompts, CandidateIndex::empty("acme"));
         let ranges = fitted(&prompts);
         let fresh = prompt(99);
         let inside = json!({"timeout_s": 120});
@@ -807,17 +811,8 @@ mod tests {
             }],
             ..Default::default()
         };
-        let with_tools = LearnedGrader::fit(
-            &prompts,
-            vec![CandidateIndex::from_rows("acme", &tool_rows)],
-            BTreeMap::new(),
-            Pessimism {
-                floor: LearnedFloor::Models,
-                ..Pessimism::default()
-            },
-            "sha".into(),
-        )
-        .unwrap();
+        let with_tools =
+            fitted_with_the_models_floor(&prompts, CandidateIndex::from_rows("acme", &tool_rows));
         let known_tool = with_tools
             .score(&fresh, &json!({"tools": [{"name": "web_search"}]}))
             .unwrap();
