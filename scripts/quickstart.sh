@@ -101,9 +101,13 @@ python3 - "$response" <<'PY'
 import json, sys
 answer = json.loads(sys.argv[1])
 print("event {event_id}, cluster {cluster_id}, policy {policy_version}".format(**answer))
+# In the order shown: by this request's posterior draw (the score), or, in 5% of requests, in
+# a uniformly random order; the mean is what the bandit expects of each without exploring.
+print("  {:>7}  {:>7}  {:<52} {:<12} {}".format("score", "mean", "source", "type", "diff"))
 for r in answer["recommendations"]:
     source = r["source"] + (" (" + r["model_version_id"] + ")" if r.get("model_version_id") else "")
-    print("  {:+.3f}  {:<52} {:<12} {}".format(r["score"], source, r["type"], json.dumps(r["diff"])))
+    print("  {:+7.3f}  {:+7.3f}  {:<52} {:<12} {}".format(
+        r["score"], r["explanation"]["mean_score"], source, r["type"], json.dumps(r["diff"])))
 models = [r for r in answer["recommendations"] if r["source"] == "model"]
 print("{} of {} recommendations came from the model".format(len(models), len(answer["recommendations"])))
 sys.exit(0 if models else 1)
