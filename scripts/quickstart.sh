@@ -51,7 +51,10 @@ if [ ! -s "$key_file" ]; then
 fi
 key=$(cat "$key_file")
 port=18089
-$arc_rec serve --listen "127.0.0.1:$port" > out/quickstart.serve.log 2>&1 &
+# `--new-version-share 1`: serving's cap on a new model version's share of decisions would, on a
+# rerun, bench a version that headed the first run's one decision; one sample request is not
+# traffic to pace a new version's exposure over.
+$arc_rec serve --listen "127.0.0.1:$port" --new-version-share 1 > out/quickstart.serve.log 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
 # (python3's urllib rather than curl: a fresh Debian machine may lack curl.)
