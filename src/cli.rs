@@ -69,8 +69,11 @@ pub enum Command {
     /// compared by content), asked with the user turn the export rendered for it.
     ///
     /// The run's RL model (warm-up model + adapter) samples k recommendations for each; those that
-    /// pass the graders' format check and serving's hard constraints (a valid configuration after
-    /// the diff, a real change, no two alike) are written to candidate_recommendations with
+    /// pass the graders' format check, bring in only models and tools the organization has run (a
+    /// model with statistics in the database, a tool some configuration of it has or whose calls
+    /// worked; the summary's `unknown` column counts the others) and pass serving's hard
+    /// constraints (a valid configuration after the diff, a real change, no two alike) are
+    /// written to candidate_recommendations with
     /// source `model`: diff = the canonical (minimal) merge patch, description = the rationale,
     /// expected deltas and evidence 0. A candidate is stored for its cluster when that is an
     /// active cluster in the database and only that cluster proposed it, else for any cluster.
