@@ -30,9 +30,10 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
-echo "== python scripts' tests (the experiment tables' bootstraps)"
+echo "== python scripts' tests (the experiment tables' bootstraps, the exploration data)"
 .venv/bin/python scripts/test_rft_experiment_table.py
 .venv/bin/python scripts/test_pipeline_table.py
+.venv/bin/python scripts/test_exploration_data.py
 echo "== bench bandit's peers (Vowpal Wabbit, MABWiser) learn and see every candidate"
 .venv/bin/python bench/test_peers.py
 echo "== the verl integration's Python tests (arc-rec's estimators against the Rust figures)"
