@@ -75,10 +75,10 @@ PY
   # 3. Round 2: round 1's recipe (config.json) on that data, from the same warm-up.
   round2="explore/r2-s$seed"
   if [ ! -f "$round2/summary.json" ]; then
-    warmup="$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$round1/config.json")"
+    { read -r warmup; read -r steps; } < <("$python" -c 'import json,sys; c = json.load(open(sys.argv[1])); print(c["model"]); print(c["steps"])' "$round1/config.json")
     "$arc_rec" train --data "explore/aug-s$seed.jsonl" --out "$round2" --no-record --seed "$seed" \
       --world-seed "$WORLD_SEED" --world-outcomes "$WORLD_OUTCOMES" --model "$warmup" --sft-steps 0 \
-      --steps "$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["steps"])' "$round1/config.json")" \
+      --steps "$steps" \
       --objective pass@k --world-reward sampled --grader learned
   fi
   [ -s "$round2.eval.json" ] || "$arc_rec" eval --run "$round2" --grader world --n 16 --models rl --json > "$round2.eval.json"
