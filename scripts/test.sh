@@ -5,7 +5,38 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each stage's wall time, printed as a table when the run ends (pass or fail).
+stage_names=()
+stage_secs=()
+stage_started=$(date +%s)
+stage_current=""
+stage() {
+    local now
+    now=$(date +%s)
+    if [ -n "$stage_current" ]; then
+        stage_names+=("$stage_current")
+        stage_secs+=($((now - stage_started)))
+    fi
+    stage_current="$1"
+    stage_started=$now
+    [ -n "$1" ] && echo "== $1"
+    return 0
+}
+stage_table() {
+    stage ""
+    local total=0 i
+    echo "== stage wall times (s)"
+    for i in "${!stage_names[@]}"; do
+        printf '%6d  %s\n' "${stage_secs[$i]}" "${stage_names[$i]}"
+        total=$((total + stage_secs[i]))
+    done
+    printf '%6d  total\n' "$total"
+}
+trap stage_table EXIT
+
+stage "setup (PostgreSQL, Chromium, .venv with torch)"
 ARC_REC_WITH_BROWSER=1 scripts/setup.sh
+stage "verl setup (.venv-verl)"
 # verl and the integration in their own virtualenv (.venv-verl): the through-verl checks
 # (registry, RLHFDataset) run on every test run.
 scripts/verl/setup.sh
@@ -21,24 +52,24 @@ cleanup() {
     fi
     rm -rf "$ARC_REC_TEST_PG_DIR"
 }
-trap cleanup EXIT
+trap 'cleanup; stage_table' EXIT
 cleanup
 
-echo "== cargo fmt --check"
+stage "cargo fmt --check"
 cargo fmt --all --check
-echo "== cargo clippy"
+stage "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo test"
+stage "cargo test"
 cargo test --workspace --locked
-echo "== python scripts' tests (the experiment tables' bootstraps, the exploration data)"
+stage "python scripts' tests (the experiment tables' bootstraps, the exploration data)"
 .venv/bin/python scripts/test_rft_experiment_table.py
 .venv/bin/python scripts/test_pipeline_table.py
 .venv/bin/python scripts/test_exploration_data.py
-echo "== bench bandit's peers (Vowpal Wabbit, MABWiser) learn and see every candidate"
+stage "bench bandit's peers (Vowpal Wabbit, MABWiser) learn and see every candidate"
 .venv/bin/python bench/test_peers.py
-echo "== the verl integration's Python tests (arc-rec's estimators against the Rust figures)"
+stage "the verl integration's Python tests (arc-rec's estimators against the Rust figures)"
 (cd integrations/verl && ../../.venv/bin/python -m unittest discover -s tests -t .)
-echo "== the same through verl's own registry (.venv-verl)"
+stage "the same through verl's own registry (.venv-verl)"
 (cd integrations/verl && ../../.venv-verl/bin/python -m unittest discover -s tests -t .)
-echo "== cargo build --no-default-features (service without libtorch)"
+stage "cargo build --no-default-features (service without libtorch)"
 cargo build --no-default-features --locked --bin arc-rec
