@@ -61,10 +61,10 @@ stage "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 stage "cargo test"
 cargo test --workspace --locked
-stage "python scripts' tests (the experiment tables' bootstraps, the exploration data)"
-.venv/bin/python scripts/test_rft_experiment_table.py
-.venv/bin/python scripts/test_pipeline_table.py
-.venv/bin/python scripts/test_exploration_data.py
+stage "experiments/ harnesses' Python tests (the tables' bootstraps, the exploration data)"
+.venv/bin/python experiments/test_rft_experiment_table.py
+.venv/bin/python experiments/test_pipeline_table.py
+.venv/bin/python experiments/test_exploration_data.py
 stage "bench bandit's peers (Vowpal Wabbit, MABWiser) learn and see every candidate"
 .venv/bin/python bench/test_peers.py
 stage "the verl integration's Python tests (arc-rec's estimators against the Rust figures)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Tests of scripts/pipeline_table.py on hand-made `bench pipeline --json` reports.
+"""Tests of experiments/pipeline_table.py on hand-made `bench pipeline --json` reports.
 
-    python3 scripts/test_pipeline_table.py
+    python3 experiments/test_pipeline_table.py
 """
 import json
 import random

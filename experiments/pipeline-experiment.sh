@@ -2,11 +2,11 @@
 # The platform plan's headline on the synthetic world (issue 20): `arc-rec bench pipeline` with
 # heuristic candidates alone, + the warm-up model's candidates, + the world-graded RL model's and
 # + the learned-grader RL model's, beside random order of the heuristic candidates and the menu
-# oracles, over model seeds and traffic seeds; then the table (scripts/pipeline_table.py).
+# oracles, over model seeds and traffic seeds; then the table (experiments/pipeline_table.py).
 #
-#     scripts/pipeline-experiment.sh OUT
+#     experiments/pipeline-experiment.sh OUT
 #
-# OUT is scripts/rft-experiment.sh's output directory: its OUT/world$WORLD_SEED holds the runs
+# OUT is experiments/rft-experiment.sh's output directory: its OUT/world$WORLD_SEED holds the runs
 # w$SEED (warm-up), s$SEED-sampled-pass (world-graded pass@k RL) and, when present,
 # s$SEED-sampled-pass-$LEARNED (the learned-grader run, e.g. ABLATIONS="learned=--grader
 # learned"). Everything goes to OUT/world$WORLD_SEED/pipeline/: a clustered database of the same
@@ -22,7 +22,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 arc_rec="${ARC_REC:-$root/target/release/arc-rec}"
-out="${1:?usage: pipeline-experiment.sh OUT, the output directory of scripts/rft-experiment.sh}"
+out="${1:?usage: pipeline-experiment.sh OUT, the output directory of experiments/rft-experiment.sh}"
 SEEDS="${SEEDS:-1 2 3 4 5}"
 TRAFFIC_SEEDS="${TRAFFIC_SEEDS:-1 2 3}"
 ROUNDS="${ROUNDS:-10000}"
@@ -74,5 +74,5 @@ for seed in $SEEDS; do
     mv "$report.tmp" "$report"
   done
 done
-"$python" "$root/scripts/pipeline_table.py" "$pipe"
-"$python" "$root/scripts/pipeline_table.py" "$pipe" --window cold_start
+"$python" "$root/experiments/pipeline_table.py" "$pipe"
+"$python" "$root/experiments/pipeline_table.py" "$pipe" --window cold_start

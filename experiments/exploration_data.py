@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Exploration data for the learned grader (issue 20): the logged decisions a platform collects by
 showing a recommender model's own ideas, simulated on the synthetic world for
-scripts/exploration-round.sh.
+experiments/exploration-round.sh.
 
     exploration_data.py flip DATA OUT
     exploration_data.py augment DATA SAMPLES OUT TAG

@@ -3,23 +3,23 @@
 # learned-grader RL model's own ideas are shown and answered, the grader is refitted on the logged
 # decisions plus those answers, and RL runs again from the same warm-up with the same recipe.
 #
-#     scripts/exploration-round.sh OUT
+#     experiments/exploration-round.sh OUT
 #
-# OUT is scripts/rft-experiment.sh's output directory (its OUT/world$WORLD_SEED holds w$SEED, the
+# OUT is experiments/rft-experiment.sh's output directory (its OUT/world$WORLD_SEED holds w$SEED, the
 # warm-up, and s$SEED-sampled-pass-$LEARNED, round 1: RL with `--grader learned`), after
-# scripts/pipeline-experiment.sh (OUT/world$WORLD_SEED/pipeline/ holds the world's clustered
+# experiments/pipeline-experiment.sh (OUT/world$WORLD_SEED/pipeline/ holds the world's clustered
 # database). Per seed, into OUT/world$WORLD_SEED/explore/:
 #   1. round 1's model samples $N ideas for each *train* prompt, each answered by the world in its
 #      context (`arc-rec eval --grader world --samples-out` on a run pointed at a copy of the data
 #      with the splits swapped: the held-out prompts stay unseen), samples-s$SEED.jsonl;
-#   2. the data plus one logged decision per well-formed idea (scripts/exploration_data.py),
+#   2. the data plus one logged decision per well-formed idea (experiments/exploration_data.py),
 #      aug-s$SEED.jsonl: what a platform's log holds once it has shown the model's ideas;
 #   3. round 2, r2-s$SEED: `arc-rec train --grader learned` on that data from the warm-up, round
 #      1's recipe otherwise; held out, `arc-rec eval --grader world` (r2-s$SEED.eval.json);
 #   4. round 2's candidates, priced by the grader of that data, and `arc-rec bench pipeline` on
 #      traffic seeds $TRAFFIC_SEEDS (explore/pipeline/s$SEED-t$TRAFFIC.json).
-# Tables: scripts/rft_experiment_table.py on a directory naming r2-s$SEED as an ablation of round
-# 1 (or as the pass@k run, against the warm-ups), and scripts/pipeline_table.py OUT/world$WORLD_SEED/explore/pipeline
+# Tables: experiments/rft_experiment_table.py on a directory naming r2-s$SEED as an ablation of round
+# 1 (or as the pass@k run, against the warm-ups), and experiments/pipeline_table.py OUT/world$WORLD_SEED/explore/pipeline
 # [--against OUT/world$WORLD_SEED/pipeline]. Idempotent: what exists is kept.
 #
 # Environment: SEEDS ("1 2 3 4 5"), TRAFFIC_SEEDS ("1 2 3"), ROUNDS (10000), WORLD_SEED (1),
@@ -28,7 +28,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 arc_rec="${ARC_REC:-$root/target/release/arc-rec}"
-out="${1:?usage: exploration-round.sh OUT, the output directory of scripts/rft-experiment.sh}"
+out="${1:?usage: exploration-round.sh OUT, the output directory of experiments/rft-experiment.sh}"
 SEEDS="${SEEDS:-1 2 3 4 5}"
 TRAFFIC_SEEDS="${TRAFFIC_SEEDS:-1 2 3}"
 ROUNDS="${ROUNDS:-10000}"
@@ -41,11 +41,11 @@ K="${K:-8}"
 python=python3
 [ -x "$root/.venv/bin/python" ] && python="$root/.venv/bin/python"
 work="$(cd "$out/world$WORLD_SEED" && pwd)"
-[ -f "$work/pipeline/db.ready" ] || { echo "exploration-round: run scripts/pipeline-experiment.sh $out first" >&2; exit 2; }
+[ -f "$work/pipeline/db.ready" ] || { echo "exploration-round: run experiments/pipeline-experiment.sh $out first" >&2; exit 2; }
 # The runs' data paths are relative to the work directory.
 cd "$work"
 mkdir -p explore/pipeline
-[ -s explore/flipped.jsonl ] || "$python" "$root/scripts/exploration_data.py" flip examples.jsonl explore/flipped.jsonl
+[ -s explore/flipped.jsonl ] || "$python" "$root/experiments/exploration_data.py" flip examples.jsonl explore/flipped.jsonl
 for seed in $SEEDS; do
   round1="s$seed-sampled-pass-$LEARNED"
   [ -f "$round1/summary.json" ] || { echo "exploration-round: no finished run $round1, skipping seed $seed" >&2; continue; }
@@ -70,7 +70,7 @@ PY
       --samples-out "explore/samples-s$seed.jsonl" --json > "explore/probe-s$seed.eval.json"
   # 2. The logged decisions plus the answered ideas.
   [ -s "explore/aug-s$seed.jsonl" ] ||
-    "$python" "$root/scripts/exploration_data.py" augment examples.jsonl "explore/samples-s$seed.jsonl" \
+    "$python" "$root/experiments/exploration_data.py" augment examples.jsonl "explore/samples-s$seed.jsonl" \
       "explore/aug-s$seed.jsonl" "x$seed"
   # 3. Round 2: round 1's recipe (config.json) on that data, from the same warm-up.
   round2="explore/r2-s$seed"
@@ -94,4 +94,4 @@ PY
     mv "$report.tmp" "$report"
   done
 done
-"$python" "$root/scripts/pipeline_table.py" explore/pipeline
+"$python" "$root/experiments/pipeline_table.py" explore/pipeline

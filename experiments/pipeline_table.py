@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The table of scripts/pipeline-experiment.sh: `arc-rec bench pipeline` reports over model
+"""The table of experiments/pipeline-experiment.sh: `arc-rec bench pipeline` reports over model
 seeds (the RL runs' training seeds) and traffic seeds, averaged, with paired bootstrap intervals.
 
     pipeline_table.py PIPELINE_DIR [--window last_quarter|cold_start] [--json]

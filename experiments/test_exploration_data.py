@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests of scripts/exploration_data.py: prompt ids as `rft::dataset` numbers them, the decisions a
+"""Tests of experiments/exploration_data.py: prompt ids as `rft::dataset` numbers them, the decisions a
 sample file adds, and the errors on samples of prompts it must not use."""
 import json
 import os

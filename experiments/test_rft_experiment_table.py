@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Tests of scripts/rft_experiment_table.py: the paired hierarchical bootstrap and the tables on
+"""Tests of experiments/rft_experiment_table.py: the paired hierarchical bootstrap and the tables on
 a hand-made work directory.
 
-    python3 scripts/test_rft_experiment_table.py          (pure Python; numpy too when importable)
-    .venv/bin/python -m pytest scripts/test_rft_experiment_table.py
+    python3 experiments/test_rft_experiment_table.py          (pure Python; numpy too when importable)
+    .venv/bin/python -m pytest experiments/test_rft_experiment_table.py
 """
 import json
 import math

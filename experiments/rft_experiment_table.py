@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The tables of scripts/rft-experiment.sh: held-out figures of warm-up only, + pass@k RL and
+"""The tables of experiments/rft-experiment.sh: held-out figures of warm-up only, + pass@k RL and
 + mean RL against the logged heuristic and the menu oracle, with paired bootstrap intervals over
 (seed, prompt), from one world's work directory.
 

@@ -3,7 +3,7 @@
 # warm-up + pass@k RL beat warm-up only and warm-up + mean RL at equal steps on held-out true
 # best-of-k acceptance, and how much of the gap from warm-up to the menu oracle does it close?
 #
-#   scripts/rft-experiment.sh [OUT_DIR]          (default out/rft-experiment)
+#   experiments/rft-experiment.sh [OUT_DIR]          (default out/rft-experiment)
 #
 # Works in OUT_DIR/world$WORLD_SEED (one directory per world: its database, data, runs): simulates
 # the world of seed $WORLD_SEED with $WORLD_OUTCOMES outcomes and exports it, then for every seed
@@ -14,7 +14,7 @@
 # they answer the same draws): w$SEED.eval.json (warm-up), s$SEED-$REWARD-pass.eval.json and
 # -mean.eval.json (RL), each with every prompt's figures and the world's baselines (logged
 # heuristic, random pick from the menu, menu oracle). Prints the tables of
-# scripts/rft_experiment_table.py at the end: paired bootstrap intervals over (seed, prompt).
+# experiments/rft_experiment_table.py at the end: paired bootstrap intervals over (seed, prompt).
 #
 # The ablation: $ABLATIONS, a ';'-separated list of NAME=FLAGS (e.g. "mu=--update-epochs 2
 # --minibatches 2;dynamic=--dynamic-sampling"), adds for every seed and reward one more pass@k run
@@ -142,5 +142,5 @@ for seed in $SEEDS; do
   done
 done
 # shellcheck disable=SC2086
-"$python" "$root/scripts/rft_experiment_table.py" "$work" --seeds $SEEDS --rewards $REWARDS \
+"$python" "$root/experiments/rft_experiment_table.py" "$work" --seeds $SEEDS --rewards $REWARDS \
   ${ablation_names[@]:+--ablations "${ablation_names[@]}"}
