@@ -614,7 +614,7 @@ pub fn run(args: &BenchModelArgs) -> anyhow::Result<()> {
 /// Writes the tiny preset (what `arc-rec model init --preset tiny` writes) into `dir`.
 fn write_tiny_preset(dir: &Path) -> anyhow::Result<PathBuf> {
     progress("writing the tiny preset");
-    let corpus = crate::commands::model::tokenizer_corpus(TINY_SEED, TINY_CORPUS_OUTCOMES)?;
+    let corpus = crate::export::tokenizer_corpus::tokenizer_corpus(TINY_SEED, TINY_CORPUS_OUTCOMES)?;
     trainer::preset::write_tiny_checkpoint(dir, TINY_SEED, &corpus)
         .with_context(|| format!("cannot write the tiny preset to {}", dir.display()))?;
     Ok(dir.to_owned())

@@ -8,6 +8,7 @@
 
 pub mod example;
 pub mod rewards;
+pub mod tokenizer_corpus;
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};

@@ -17,8 +17,22 @@
 //! hold. Decisions logged before this format keep their JSONB `candidates` column, which
 //! [`decode_stored`] still reads.
 
+use serde::{Deserialize, Serialize};
+
 use crate::domain::RecommendationType;
-use crate::recommend::ope::LoggedCandidate;
+
+/// A candidate as the decision log keeps it (off-policy evaluation recomputes target policies
+/// from these).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoggedCandidate {
+    pub candidate_id: String,
+    #[serde(rename = "type")]
+    pub kind: RecommendationType,
+    #[serde(default)]
+    pub expected_reliability_delta: f64,
+    #[serde(default)]
+    pub expected_cost_delta_usd: f64,
+}
 
 /// The layout version written by [`encode`].
 pub const VERSION: u8 = 1;

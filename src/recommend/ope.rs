@@ -7,23 +7,10 @@
 //! holds (the full candidate set of every decision).
 
 use bandit::{BootstrapConfig, LoggedRecord, OpeReport};
-use serde::{Deserialize, Serialize};
 
 use crate::domain::RecommendationType;
-use crate::recommend::candidate_log::decode_stored;
+use crate::recommend::candidate_log::{LoggedCandidate, decode_stored};
 use crate::storage::analytics::LoggedTop;
-
-/// A candidate as the decision log keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LoggedCandidate {
-    pub candidate_id: String,
-    #[serde(rename = "type")]
-    pub kind: RecommendationType,
-    #[serde(default)]
-    pub expected_reliability_delta: f64,
-    #[serde(default)]
-    pub expected_cost_delta_usd: f64,
-}
 
 /// One logged decision, reduced to its top position.
 #[derive(Debug, Clone, PartialEq)]

@@ -473,7 +473,7 @@ mod grammar_tests {
     /// The tiny preset's tokenizer, trained on the world's export text as `arc-rec model init`
     /// does.
     fn tiny_tokenizer(dir: &std::path::Path) -> Tokenizer {
-        let corpus = crate::commands::model::tokenizer_corpus(3, 400).unwrap();
+        let corpus = crate::export::tokenizer_corpus::tokenizer_corpus(3, 400).unwrap();
         trainer::preset::write_tiny_checkpoint(dir, 1, corpus).unwrap();
         Tokenizer::from_dir(dir).unwrap()
     }

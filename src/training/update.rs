@@ -15,11 +15,11 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use trainer::chat_policy::{PackedBatch, Sequence, pack, split_evenly};
-use trainer::logprobs::reference_logprobs;
+use trainer::logprobs::{TrainBatch, reference_logprobs};
 use trainer::model::CausalLm;
 use trainer::rl_loss::{Aggregation, PolicyLossConfig, PolicyLossInputs, mean_k3_kl, policy_loss};
 use trainer::tch::Tensor;
-use trainer::train_step::{Measure, TrainBatch, TrainError, Trainer};
+use trainer::train_step::{Measure, TrainError, Trainer};
 
 use super::rollout::RlBatch;
 use super::seeds::{StepSeeds, Stream};

@@ -37,6 +37,8 @@ mod model_candidates;
 mod schema;
 /// Recommendations, feedback, replicas and restarts.
 mod serving;
+/// The source tree: no import cycles, imports follow the declared layers.
+mod tidy;
 /// The synthetic world through the binary.
 mod simulate;
 /// `arc-rec train`: crash and resume, rollback, records, bad input.

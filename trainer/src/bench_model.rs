@@ -27,10 +27,10 @@ use tch::{Device, Kind, Tensor};
 use crate::chat_policy::{Sequence, pack, split_evenly};
 use crate::device::Runtime;
 use crate::generate::{FinishedRows, GenerateError, GenerationRequest, GrammarSchedule, generate};
-use crate::logprobs::reference_logprobs;
+use crate::logprobs::{TrainBatch, reference_logprobs};
 use crate::model::{Architecture, CausalLm, Config, LoraConfig, ModelError, Rope, RopeScaling};
 use crate::rl_loss::{PolicyLossConfig, PolicyLossInputs, policy_loss};
-use crate::train_step::{Measure, TrainBatch, TrainError, Trainer, TrainerConfig};
+use crate::train_step::{Measure, TrainError, Trainer, TrainerConfig};
 
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]

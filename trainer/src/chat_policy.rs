@@ -9,10 +9,10 @@ use tch::{Kind, Tensor};
 use crate::chat_template::{ChatMessage, ChatTemplate, ChatTemplateError};
 use crate::device::Runtime;
 use crate::grammar::{Grammar, GrammarError, TokenSet};
-use crate::logprobs::score_logprobs;
+use crate::logprobs::{TrainBatch, score_logprobs};
 use crate::model::{CausalLm, LoadReport, ModelError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
-use crate::train_step::{TrainBatch, TrainError};
+use crate::train_step::TrainError;
 
 /// Why a checkpoint cannot serve as a chat policy.
 #[derive(Debug, thiserror::Error)]

@@ -21,7 +21,20 @@ use tch::{Device, Kind, Tensor};
 
 use crate::grammar::{TokenSet, stack_token_sets};
 use crate::model::{CausalLm, ModelError};
-use crate::train_step::TrainBatch;
+
+/// Token sequences to train on (the masks' meaning is in this module's header).
+#[derive(Debug)]
+pub struct TrainBatch {
+    /// `[b, t]` i64.
+    pub input_ids: Tensor,
+    /// `[b, t]` bool or 0/1, false on padding; `None` when every token is real.
+    pub attention_mask: Option<Tensor>,
+    /// `[b, t]` bool or 0/1: the tokens whose log-probs the loss sees.
+    pub completion_mask: Tensor,
+    /// For grammar-constrained samples, per row the set each scored token was drawn from, in
+    /// order: the log-probs are then those of the masked distribution, as the sampler's were.
+    pub allowed: Option<Vec<Vec<TokenSet>>>,
+}
 
 /// Scored tokens per LM-head chunk: one chunk's f32 logits are `chunk × vocab × 4` bytes
 /// (0.6 GB for Qwen2.5's 152k vocabulary), small next to a 7B model's activations.

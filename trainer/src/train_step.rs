@@ -14,8 +14,9 @@ use std::path::Path;
 use tch::{Kind, TchError, Tensor};
 
 use crate::adamw::{AdamW, AdamWParams, OptimizerStateError};
-use crate::grammar::TokenSet;
-use crate::logprobs::{DEFAULT_CHUNK_TOKENS, ScoredTokens, head_logprobs_and_allowed_mass};
+use crate::logprobs::{
+    DEFAULT_CHUNK_TOKENS, ScoredTokens, TrainBatch, head_logprobs_and_allowed_mass,
+};
 use crate::model::{CausalLm, ModelError};
 
 /// Why a training step could not run.
@@ -153,20 +154,6 @@ impl TrainerConfig {
         };
         problem.map_or(Ok(()), |message| Err(TrainError::Config(message)))
     }
-}
-
-/// Token sequences to train on (see [`crate::logprobs`] for the masks' meaning).
-#[derive(Debug)]
-pub struct TrainBatch {
-    /// `[b, t]` i64.
-    pub input_ids: Tensor,
-    /// `[b, t]` bool or 0/1, false on padding; `None` when every token is real.
-    pub attention_mask: Option<Tensor>,
-    /// `[b, t]` bool or 0/1: the tokens whose log-probs the loss sees.
-    pub completion_mask: Tensor,
-    /// For grammar-constrained samples, per row the set each scored token was drawn from, in
-    /// order: the log-probs are then those of the masked distribution, as the sampler's were.
-    pub allowed: Option<Vec<Vec<TokenSet>>>,
 }
 
 /// Whether a step measures the forbidden mass ([`StepStats::forbidden_mass`]) on a batch with

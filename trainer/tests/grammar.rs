@@ -583,7 +583,7 @@ fn constrained_samples_score_in_the_trainer_as_the_sampler_drew_them() {
         adapter_dropout: false,
         ..TrainerConfig::default()
     };
-    let gap_to_sampler = |batch: &trainer::train_step::TrainBatch| {
+    let gap_to_sampler = |batch: &trainer::logprobs::TrainBatch| {
         let mut captured = None;
         accumulate_gradients(
             &policy.model,
@@ -733,9 +733,9 @@ fn the_forbidden_mass_penalty_keeps_the_model_on_the_grammars_tokens() {
 
 /// `batch` scored without its allowed sets (the unmasked distribution).
 fn without_allowed_sets(
-    batch: &trainer::train_step::TrainBatch,
-) -> trainer::train_step::TrainBatch {
-    trainer::train_step::TrainBatch {
+    batch: &trainer::logprobs::TrainBatch,
+) -> trainer::logprobs::TrainBatch {
+    trainer::logprobs::TrainBatch {
         input_ids: batch.input_ids.shallow_clone(),
         attention_mask: batch.attention_mask.as_ref().map(|t| t.shallow_clone()),
         completion_mask: batch.completion_mask.shallow_clone(),

@@ -12,7 +12,8 @@ use serde::Deserialize;
 use tch::{Kind, Tensor};
 use trainer::model::{CausalLm, LORA_TARGETS, Logits, LoraConfig};
 use trainer::peft::{AdapterConfig, merge_adapters, save_adapter};
-use trainer::train_step::{TrainBatch, Trainer, TrainerConfig};
+use trainer::logprobs::TrainBatch;
+use trainer::train_step::{Trainer, TrainerConfig};
 
 const RANK: i64 = 4;
 const ALPHA: f64 = 8.0;
