@@ -15,6 +15,10 @@ TRANSFORMERS_VERSION=5.23.0
 PEFT_VERSION=0.21.2
 VOWPALWABBIT_VERSION=9.11.9
 MABWISER_VERSION=2.7.4
+# One download cache for both virtualenvs (.venv and .venv-verl pin the same torch, about 3 GB with
+# its CUDA libraries): the second install reads the wheels from here. Under target/, so
+# `cargo clean` removes it.
+PIP_CACHE="${PIP_CACHE_DIR:-$PWD/target/pip-cache}"
 
 have_postgres() {
     command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1 && return 0
@@ -50,7 +54,7 @@ if [ "${ARC_REC_SKIP_TORCH:-0}" != "1" ]; then
     if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" >/dev/null 2>&1; then
         echo "setup: installing torch==$TORCH_VERSION into .venv (from PyPI; about 3 GB with its CUDA libraries)"
         python3 -m venv .venv
-        .venv/bin/pip install --quiet --progress-bar off --no-cache-dir "torch==$TORCH_VERSION"
+        .venv/bin/pip install --quiet --progress-bar off --cache-dir "$PIP_CACHE" "torch==$TORCH_VERSION"
     fi
     # Installed after torch and checked separately, so a venv from before they were added gets
     # them without reinstalling torch (pip keeps the satisfied torch pin).
@@ -60,7 +64,7 @@ from importlib.metadata import version
 sys.exit(version('transformers') != '$TRANSFORMERS_VERSION' or version('peft') != '$PEFT_VERSION')
 " >/dev/null 2>&1; then
         echo "setup: installing transformers==$TRANSFORMERS_VERSION and peft==$PEFT_VERSION into .venv"
-        .venv/bin/pip install --quiet --progress-bar off --no-cache-dir "torch==$TORCH_VERSION" \
+        .venv/bin/pip install --quiet --progress-bar off --cache-dir "$PIP_CACHE" "torch==$TORCH_VERSION" \
             "transformers==$TRANSFORMERS_VERSION" "peft==$PEFT_VERSION"
     fi
     if ! .venv/bin/python -c "
@@ -69,7 +73,7 @@ from importlib.metadata import version
 sys.exit(version('vowpalwabbit') != '$VOWPALWABBIT_VERSION' or version('mabwiser') != '$MABWISER_VERSION')
 " >/dev/null 2>&1; then
         echo "setup: installing vowpalwabbit==$VOWPALWABBIT_VERSION and mabwiser==$MABWISER_VERSION into .venv"
-        .venv/bin/pip install --quiet --progress-bar off --no-cache-dir "torch==$TORCH_VERSION" \
+        .venv/bin/pip install --quiet --progress-bar off --cache-dir "$PIP_CACHE" "torch==$TORCH_VERSION" \
             "transformers==$TRANSFORMERS_VERSION" "peft==$PEFT_VERSION" \
             "vowpalwabbit==$VOWPALWABBIT_VERSION" "mabwiser==$MABWISER_VERSION"
     fi

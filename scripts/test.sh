@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README quick start, and what .ci/run calls): installs what it needs, then
-# checks formatting and lints, runs every test of the workspace against a throwaway Postgres
-# cluster, and checks that the service still builds without libtorch.
+# checks formatting and lints (also of the service without libtorch), runs every test of the
+# workspace with cargo-nextest against a throwaway Postgres cluster, then the Python checks.
+# Prints each stage's wall time at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +37,10 @@ trap stage_table EXIT
 
 stage "setup (PostgreSQL, Chromium, .venv with torch)"
 ARC_REC_WITH_BROWSER=1 scripts/setup.sh
+if ! cargo nextest --version >/dev/null 2>&1; then
+    echo "test: installing cargo-nextest (crates.io), the test runner"
+    cargo install --locked cargo-nextest
+fi
 stage "verl setup (.venv-verl)"
 # verl and the integration in their own virtualenv (.venv-verl): the through-verl checks
 # (registry, RLHFDataset) run on every test run.
@@ -57,10 +62,19 @@ cleanup
 
 stage "cargo fmt --check"
 cargo fmt --all --check
-stage "cargo clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-stage "cargo test"
-cargo test --workspace --locked
+# Clippy lints the workspace's own crates while the tests build: `cargo clippy` is `cargo check`
+# with clippy-driver wrapping rustc for workspace members (RUSTC_WORKSPACE_WRAPPER, its arguments
+# in CLIPPY_ARGS); wrapping the test build the same way runs the same lints, with warnings as
+# errors, and compiles the dependencies once instead of once to check and again to build.
+RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
+CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+export RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+stage "build and lint every test binary (clippy, warnings are errors)"
+cargo nextest run --workspace --locked --no-run
+# The one target no test binary covers: bandit's criterion bench (`cargo clippy --all-targets`).
+cargo test --locked -p bandit --benches --no-run
+stage "cargo nextest run (every test of the workspace; slow tests named)"
+cargo nextest run --workspace --locked
 stage "experiments/ harnesses' Python tests (the tables' bootstraps, the exploration data)"
 .venv/bin/python experiments/test_rft_experiment_table.py
 .venv/bin/python experiments/test_pipeline_table.py
@@ -71,5 +85,7 @@ stage "the verl integration's Python tests (arc-rec's estimators against the Rus
 (cd integrations/verl && ../../.venv/bin/python -m unittest discover -s tests -t .)
 stage "the same through verl's own registry (.venv-verl)"
 (cd integrations/verl && ../../.venv-verl/bin/python -m unittest discover -s tests -t .)
-stage "cargo build --no-default-features (service without libtorch)"
-cargo build --no-default-features --locked --bin arc-rec
+# Last: it replaces target/debug/arc-rec, which the integration tests run, with the service built
+# without libtorch. The dependencies' features are unified (Cargo.toml), so only arc-rec compiles.
+stage "build and lint the service without libtorch (--no-default-features)"
+cargo build --locked -p arc-rec --no-default-features --bin arc-rec

@@ -9,6 +9,10 @@ cd "$(dirname "$0")/../.."
 
 VENV=.venv-verl
 REQUIREMENTS=integrations/verl/requirements.txt
+# One download cache for both virtualenvs (.venv and .venv-verl pin the same torch, about 3 GB with
+# its CUDA libraries): the second install reads the wheels from here. Under target/, so
+# `cargo clean` removes it.
+PIP_CACHE="${PIP_CACHE_DIR:-$PWD/target/pip-cache}"
 
 satisfied() {
     [ -x "$VENV/bin/python" ] || return 1
@@ -32,7 +36,7 @@ fi
 started=$(date +%s)
 echo "verl setup: installing $REQUIREMENTS into $VENV (torch with its CUDA libraries is about 3 GB)"
 python3 -m venv "$VENV"
-"$VENV/bin/pip" install --quiet --progress-bar off --no-cache-dir -r "$REQUIREMENTS"
-"$VENV/bin/pip" install --quiet --progress-bar off --no-cache-dir --no-deps -e integrations/verl
+"$VENV/bin/pip" install --quiet --progress-bar off --cache-dir "$PIP_CACHE" -r "$REQUIREMENTS"
+"$VENV/bin/pip" install --quiet --progress-bar off --cache-dir "$PIP_CACHE" --no-deps -e integrations/verl
 satisfied || { echo "verl setup: the pins are not satisfied after installing" >&2; exit 1; }
 echo "verl setup: ok in $(( $(date +%s) - started )) s"

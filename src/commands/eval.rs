@@ -10,26 +10,14 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Args;
-use serde::Serialize;
 
-use crate::export::Split;
-use crate::plot::{Panel, Series, write_png};
 use crate::rft::GraderKind;
-use crate::training::baselines::{Baselines, baselines};
-use crate::training::evaluation::{
-    EvalSettings, ModelReport, RunModel, evaluate, fill_gap_closed, gap_k, gap_reference,
-    load_run_model, run_models,
-};
-use crate::training::rollout::tokenize_prompts;
-use crate::training::run_dir::{read_run_data, read_settings, run_grader, write_atomically};
+use crate::training::baselines::Baselines;
+use crate::training::eval_run::{EvalReport, EvalRun, write_report};
+use crate::training::evaluation::{EvalSettings, RunModel, gap_k};
 use crate::training::{Constrained, DeviceChoice};
-
-/// Where `eval` writes its figures inside the run directory.
-pub const EVAL_JSON_FILE: &str = "eval.json";
-/// Where `eval` draws pass@k against k.
-pub const EVAL_PLOT_FILE: &str = "eval.png";
 
 /// Arguments of `arc-rec eval`.
 #[derive(Debug, Args)]
@@ -76,89 +64,19 @@ pub struct EvalArgs {
     pub device: DeviceChoice,
 }
 
-/// What `eval.json` holds.
-#[derive(Debug, Serialize)]
-struct EvalReport {
-    run: PathBuf,
-    data: PathBuf,
-    split: &'static str,
-    grader: GraderKind,
-    n: usize,
-    /// The run's k (the table's pass@k and maj@k column).
-    k: usize,
-    temperature: f64,
-    seed: u64,
-    models: Vec<ModelReport>,
-    /// World grader: the logged heuristic, a random pick from the menu and the menu oracle on
-    /// the same prompts (`null` with the logged grader: it knows no true acceptance).
-    baselines: Option<Baselines>,
-}
-
 /// Runs `arc-rec eval`.
 pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
-    if args.n == 0 {
-        bail!("--n must be at least 1");
-    }
-    if !(args.temperature.is_finite() && args.temperature > 0.0) {
-        bail!(
-            "--temperature must be positive (the greedy completion is evaluated separately), got {}",
-            args.temperature
-        );
-    }
-    if args.batch_prompts == 0 {
-        bail!("--batch-prompts must be at least 1");
-    }
-    let settings = read_settings(&args.run, "--run")?;
-    let dataset = read_run_data(&args.run, &settings)?;
-    let mut held_out = dataset.split(Split::Validation);
-    if held_out.is_empty() {
-        bail!(
-            "{}: no validation prompt to evaluate on ({} prompts, all in train); export with a validation share",
-            settings.data.display(),
-            dataset.prompts.len()
-        );
-    }
-    if let Some(max) = args.max_prompts {
-        if max == 0 {
-            bail!("--max-prompts must be at least 1");
-        }
-        held_out.truncate(max);
-    }
-    let grader_kind = args.grader.unwrap_or(settings.grader);
-    let grader = run_grader(
-        &args.run,
-        "--run",
-        &settings,
-        &dataset,
-        grader_kind,
-        held_out.iter().copied(),
-    )?;
-    // Before any model loads, so a world that does not match the data fails fast; judged with
-    // the grader's own world truths.
-    let baselines = grader
-        .world_truths()
-        .map(|truths| baselines(truths, &held_out))
-        .transpose()
-        .context("the evaluation's baselines")?;
-    // A learned-grader run judged by the world: its reward model also ranks each prompt's
-    // samples, to measure it as a chooser against the truth (`learned_pick_of`).
-    let reward_model = (grader_kind == GraderKind::World && settings.grader == GraderKind::Learned)
-        .then(|| {
-            run_grader(
-                &args.run,
-                "--run",
-                &settings,
-                &dataset,
-                GraderKind::Learned,
-                held_out.iter().copied(),
-            )
-        })
-        .transpose()
-        .context("the run's learned grader, to rank the samples beside the world's verdicts")?;
+    args.validate()?;
+    let run = EvalRun::open(&args.run)?;
+    let held_out = run.held_out(args.max_prompts)?;
+    let grader_kind = args.grader.unwrap_or(run.settings.grader);
+    let grader = run.grader(grader_kind, &held_out)?;
+    let baselines = run.baselines(&grader, &held_out)?;
+    let reward_model = run.reward_model(grader_kind, &held_out)?;
     let runtime = trainer::device::Runtime::select(args.device.request())?;
-    let eval_settings = EvalSettings {
+    let settings = EvalSettings {
         n: args.n,
-        max_new_tokens: settings.max_new_tokens,
+        max_new_tokens: run.settings.max_new_tokens,
         temperature: args.temperature,
         seed: args.seed,
         batch_prompts: args.batch_prompts,
@@ -166,26 +84,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         keep_samples: args.samples_out.is_some(),
         reward_model: reward_model.as_ref(),
     };
-    let mut models = run_models(&settings, &args.run);
-    if !args.models.is_empty() {
-        if let Some(missing) = args
-            .models
-            .iter()
-            .find(|wanted| !models.iter().any(|(m, _)| m == *wanted))
-        {
-            bail!(
-                "--models: run {} has no {} model (it has {})",
-                args.run.display(),
-                missing.label(),
-                models
-                    .iter()
-                    .map(|(m, _)| m.label())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        models.retain(|(m, _)| args.models.contains(m));
-    }
+    let models = run.models(&args.models)?;
     if !args.json {
         println!(
             "evaluating {} of run {} on {} held-out prompts of {} (n = {}, grader {}) on {}",
@@ -196,32 +95,28 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
                 .join(", "),
             args.run.display(),
             held_out.len(),
-            settings.data.display(),
+            run.settings.data.display(),
             args.n,
             grader_kind.as_str(),
             runtime.describe()
         );
     }
     let mut reports = Vec::with_capacity(models.len());
-    for (which, path) in models {
-        let policy = load_run_model(which, &settings, &args.run, runtime)?;
-        let prompts = tokenize_prompts(&policy, &dataset, &held_out)?;
+    for (which, path) in &models {
         let bar = (std::io::stderr().is_terminal() && !args.json)
-            .then(|| crate::progress::bar(prompts.len() as u64, which.label(), false));
-        let report = evaluate(
-            which,
-            &path,
-            &policy,
-            &prompts,
+            .then(|| crate::progress::bar(held_out.len() as u64, which.label(), false));
+        let report = run.evaluate_model(
+            (*which, path),
+            &held_out,
             &grader,
-            eval_settings,
+            runtime,
+            settings,
             &mut |done| {
                 if let Some(bar) = &bar {
                     bar.set_position(done as u64);
                 }
             },
-        )
-        .with_context(|| format!("evaluating the {} model", which.label()))?;
+        )?;
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }
@@ -235,57 +130,60 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         }
         reports.push(report);
     }
-    let evaluated: Vec<RunModel> = reports.iter().map(|r| r.model).collect();
-    if let (Some(baselines), Some(reference)) =
-        (&baselines, gap_reference(settings.sft_steps, &evaluated))
-    {
-        fill_gap_closed(&mut reports, reference, baselines.menu_oracle);
-    }
-    let report = EvalReport {
-        run: args.run.clone(),
-        data: settings.data.clone(),
-        split: "validation",
-        grader: grader_kind,
-        n: args.n,
-        k: settings.k.min(args.n),
-        temperature: args.temperature,
-        seed: args.seed,
-        models: reports,
-        baselines,
-    };
-    let text = serde_json::to_string_pretty(&report)?;
-    let json_path = args.run.join(EVAL_JSON_FILE);
-    write_atomically(&json_path, text.as_bytes())?;
-    let plot_path = args.run.join(EVAL_PLOT_FILE);
-    write_png(&plot_path, &panels(&report), 3)?;
-    if let Some(path) = &args.samples_out {
-        let mut lines = Vec::new();
-        for sample in report.models.iter().flat_map(|m| &m.samples) {
-            serde_json::to_writer(&mut lines, sample)?;
-            lines.push(b'\n');
-        }
-        write_atomically(path, &lines)
-            .with_context(|| format!("--samples-out {}", path.display()))?;
-    }
+    let report = run.report(grader_kind, settings, reports, baselines);
+    let written = write_report(&report, args.samples_out.as_deref())?;
     if args.json {
-        println!("{text}");
+        println!("{}", written.json);
     } else {
         print_table(&report);
         println!(
             "figures in {}, plot in {}",
-            json_path.display(),
-            plot_path.display()
+            written.json_path.display(),
+            written.plot_path.display()
         );
     }
     Ok(())
 }
 
+impl EvalArgs {
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.n == 0 {
+            bail!("--n must be at least 1");
+        }
+        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+            bail!(
+                "--temperature must be positive (the greedy completion is evaluated separately), got {}",
+                self.temperature
+            );
+        }
+        if self.batch_prompts == 0 {
+            bail!("--batch-prompts must be at least 1");
+        }
+        Ok(())
+    }
+}
+
 fn print_table(report: &EvalReport) {
+    let reference = print_models(report);
+    if let Some(baselines) = &report.baselines {
+        print_baselines(baselines);
+    }
+    print_legend(report, reference);
+    print_learned_picks(report);
+    print_format_errors(report);
+}
+
+/// The figure at k (1-based) of a curve over k; NaN past its end.
+fn at_k(values: &[f64], k: usize) -> f64 {
+    values.get(k - 1).copied().unwrap_or(f64::NAN)
+}
+
+/// The header and one row per model; returns the model the gap shares are measured from.
+fn print_models(report: &EvalReport) -> Option<RunModel> {
     let k = report.k;
     let n = report.n;
     let gap_k = gap_k(n);
     let world = report.grader == GraderKind::World;
-    let pass = |values: &[f64], k: usize| values.get(k - 1).copied().unwrap_or(f64::NAN);
     let mut header = format!(
         "{:<8} {:>6} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8}",
         "model",
@@ -319,10 +217,10 @@ fn print_table(report: &EvalReport) {
             "{:<8} {:>6.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>8.3} {:>8.3}",
             model.model.label(),
             model.format_validity,
-            pass(&model.pass_at, 1),
-            pass(&model.pass_at, k),
-            pass(&model.pass_at, n),
-            pass(&model.maj_at, k),
+            at_k(&model.pass_at, 1),
+            at_k(&model.pass_at, k),
+            at_k(&model.pass_at, n),
+            at_k(&model.maj_at, k),
             model.greedy.format_validity,
             model.greedy.accepted,
         );
@@ -338,7 +236,7 @@ fn print_table(report: &EvalReport) {
                 model
                     .best_of
                     .as_deref()
-                    .map_or(f64::NAN, |best| pass(best, k)),
+                    .map_or(f64::NAN, |best| at_k(best, k)),
                 model.reliability_gain.unwrap_or(f64::NAN),
                 gap_top,
                 gap_best,
@@ -346,7 +244,10 @@ fn print_table(report: &EvalReport) {
         }
         println!("{line}");
     }
-    if let Some(baselines) = &report.baselines {
+    reference
+}
+
+fn print_baselines(baselines: &Baselines) {
         let dash = "-";
         let rows = [
             ("logged", baselines.logged_heuristic, None),
@@ -367,7 +268,11 @@ fn print_table(report: &EvalReport) {
                 figure(best_of, 9),
             );
         }
-    }
+}
+
+fn print_legend(report: &EvalReport, reference: Option<RunModel>) {
+    let gap_k = gap_k(report.n);
+    let world = report.grader == GraderKind::World;
     println!(
         "valid: well-formed samples; pass@k / maj@k: accepted; greedy✓ / greedy ok: the temperature-0 answer well formed / accepted{}",
         if world {
@@ -390,11 +295,16 @@ fn print_table(report: &EvalReport) {
             );
         }
     }
+}
+
+/// What the run's learned grader picks among k samples, against the truth.
+fn print_learned_picks(report: &EvalReport) {
+    let k = report.k;
     for model in &report.models {
         let (Some(picks), Some(best)) = (&model.learned_pick_of, &model.best_of) else {
             continue;
         };
-        let (sample, pick, best) = (pass(picks, 1), pass(picks, k), pass(best, k));
+        let (sample, pick, best) = (at_k(picks, 1), at_k(picks, k), at_k(best, k));
         let recovered = if best > sample {
             format!("{:.0}%", 100.0 * (pick - sample) / (best - sample))
         } else {
@@ -405,6 +315,9 @@ fn print_table(report: &EvalReport) {
             model.model.label()
         );
     }
+}
+
+fn print_format_errors(report: &EvalReport) {
     for model in &report.models {
         if !model.format_errors.is_empty() {
             let reasons: Vec<String> = model
@@ -422,68 +335,4 @@ fn print_table(report: &EvalReport) {
             }
         }
     }
-}
-
-fn panels(report: &EvalReport) -> Vec<Panel> {
-    let curve = |values: &[f64]| {
-        values
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| ((i + 1) as f64, v))
-            .collect::<Vec<_>>()
-    };
-    let panel =
-        |title: &str, y_label: &str, value: &dyn Fn(&ModelReport) -> Option<Vec<f64>>| Panel {
-            title: title.to_owned(),
-            x_label: "k".to_owned(),
-            y_label: y_label.to_owned(),
-            series: report
-                .models
-                .iter()
-                .filter_map(|m| {
-                    value(m).map(|values| Series {
-                        name: m.model.label().to_owned(),
-                        points: curve(&values),
-                    })
-                })
-                .collect(),
-        };
-    let mut panels = vec![
-        panel("pass@k (held out)", "accepted", &|m| {
-            Some(m.pass_at.clone())
-        }),
-        panel("maj@k (held out)", "accepted", &|m| Some(m.maj_at.clone())),
-    ];
-    if report.grader == GraderKind::World {
-        let mut best_of = panel("True acceptance of the best of k", "probability", &|m| {
-            m.best_of.clone()
-        });
-        // What the run's learned grader picks among k, beside the truth's best of k.
-        for model in &report.models {
-            if let Some(picks) = &model.learned_pick_of {
-                best_of.series.push(Series {
-                    name: format!("{}: learned grader's pick", model.model.label()),
-                    points: curve(picks),
-                });
-            }
-        }
-        // The floors and the ceiling, one pick each: flat across k.
-        if let Some(baselines) = &report.baselines {
-            let flat = |name: &str, value: f64| Series {
-                name: name.to_owned(),
-                points: vec![(1.0, value), (report.n.max(1) as f64, value)],
-            };
-            best_of
-                .series
-                .push(flat("menu oracle", baselines.menu_oracle));
-            if let Some(logged) = baselines.logged_heuristic {
-                best_of.series.push(flat("logged heuristic", logged));
-            }
-            best_of
-                .series
-                .push(flat("random from menu", baselines.random_from_menu));
-        }
-        panels.push(best_of);
-    }
-    panels
 }

@@ -119,54 +119,8 @@ fn parse_org(raw: &str) -> anyhow::Result<OrgId> {
 /// Runs the command.
 pub async fn run(command: &KeysCommand, database: &Database) -> anyhow::Result<()> {
     match command {
-        KeysCommand::Create(args) => {
-            let org = parse_org(&args.org)?;
-            let key = create_key(
-                database.pool(),
-                &org,
-                args.role,
-                args.label.as_deref(),
-                KeyLimits {
-                    rate_limit: args.rate_limit,
-                    daily_quota: args.daily_quota,
-                },
-            )
-            .await?;
-            eprintln!(
-                "created {} key {} for {org}; store the token now, it is not shown again:",
-                args.role.as_str(),
-                key.key_id
-            );
-            println!("{}", key.token);
-        }
-        KeysCommand::List { org } => {
-            let org = parse_org(org)?;
-            println!(
-                "{:<18} {:<10} {:<26} {:<8} {:<14} {:<14} {:<14} label",
-                "key_id",
-                "role",
-                "created_at",
-                "revoked",
-                "rate_limit",
-                "daily_quota",
-                "used_today"
-            );
-            for key in api_keys::list(database.pool(), org.as_str()).await? {
-                let created = key.created_at.format("%Y-%m-%dT%H:%M:%SZ").to_string();
-                let limit = rate_limit_of_stored(key.rate_per_second, key.burst)
-                    .map_or_else(|| "role".to_owned(), |limit| limit.to_string());
-                let quota = daily_quota_of_stored(key.daily_quota)
-                    .map_or_else(|| "role".to_owned(), |quota| quota.to_string());
-                println!(
-                    "{:<18} {:<10} {created:<26} {:<8} {limit:<14} {quota:<14} {:<14} {}",
-                    key.key_id,
-                    key.role,
-                    key.revoked,
-                    key.requests_today,
-                    key.label.unwrap_or_default()
-                );
-            }
-        }
+        KeysCommand::Create(args) => create(args, database).await?,
+        KeysCommand::List { org } => list(&parse_org(org)?, database).await?,
         KeysCommand::SetRateLimit {
             org,
             key_id,
@@ -214,3 +168,57 @@ pub async fn run(command: &KeysCommand, database: &Database) -> anyhow::Result<(
     }
     Ok(())
 }
+
+/// Creates a key and prints its token (shown once) on stdout, the rest on stderr.
+async fn create(args: &CreateKeyArgs, database: &Database) -> anyhow::Result<()> {
+    let org = parse_org(&args.org)?;
+    let key = create_key(
+        database.pool(),
+        &org,
+        args.role,
+        args.label.as_deref(),
+        KeyLimits {
+            rate_limit: args.rate_limit,
+            daily_quota: args.daily_quota,
+        },
+    )
+    .await?;
+    eprintln!(
+        "created {} key {} for {org}; store the token now, it is not shown again:",
+        args.role.as_str(),
+        key.key_id
+    );
+    println!("{}", key.token);
+    Ok(())
+}
+
+/// Prints an organization's keys, revoked ones included.
+async fn list(org: &OrgId, database: &Database) -> anyhow::Result<()> {
+    println!(
+        "{:<18} {:<10} {:<26} {:<8} {:<14} {:<14} {:<14} label",
+        "key_id",
+        "role",
+        "created_at",
+        "revoked",
+        "rate_limit",
+        "daily_quota",
+        "used_today"
+    );
+    for key in api_keys::list(database.pool(), org.as_str()).await? {
+        let created = key.created_at.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let limit = rate_limit_of_stored(key.rate_per_second, key.burst)
+            .map_or_else(|| "role".to_owned(), |limit| limit.to_string());
+        let quota = daily_quota_of_stored(key.daily_quota)
+            .map_or_else(|| "role".to_owned(), |quota| quota.to_string());
+        println!(
+            "{:<18} {:<10} {created:<26} {:<8} {limit:<14} {quota:<14} {:<14} {}",
+            key.key_id,
+            key.role,
+            key.revoked,
+            key.requests_today,
+            key.label.unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+

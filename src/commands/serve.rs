@@ -96,29 +96,8 @@ pub async fn run(
     ))
     .await
     .context("cannot load the serving state")?;
-    let mut rate_limits = RoleRateLimits::default();
-    for setting in &args.rate_limits {
-        rate_limits.apply(setting);
-    }
-    let mut quotas = RoleQuotas::default();
-    for setting in &args.daily_quotas {
-        quotas.apply(setting);
-    }
     let quota_ledger = std::sync::Arc::new(QuotaLedger::default());
-    let state = AppState {
-        serving: serving.clone(),
-        pool: database.pool().clone(),
-        analytics_pool: database.analytics_pool(),
-        keys: KeyCache::default(),
-        metrics: metrics.clone(),
-        body_limit: args.body_limit,
-        handling_timeout: std::time::Duration::from_secs_f64(args.handling_timeout),
-        rate_limits,
-        limiter: Default::default(),
-        quotas,
-        quota_ledger: quota_ledger.clone(),
-        request_schemas: RequestSchemas::served().map_err(anyhow::Error::msg)?,
-    };
+    let state = app_state(args, database, metrics, serving.clone(), quota_ledger.clone())?;
     let settings = ServerSettings {
         listen: args.listen.clone(),
         workers,
@@ -144,10 +123,49 @@ pub async fn run(
         .await
         .context("server task failed")?
         .context("server failed")?;
-    // The last second's requests count against their keys' quotas (retried past connections
-    // the stopped workers left dead, `storage::SHUTDOWN_ATTEMPTS`).
+    store_at_shutdown(database, &serving, &quota_ledger).await;
+    Ok(())
+}
+
+/// The handlers' shared state: the serving state, pools, limits and quotas from the arguments.
+fn app_state(
+    args: &ServeArgs,
+    database: &Database,
+    metrics: &telemetry::Metrics,
+    serving: std::sync::Arc<Serving>,
+    quota_ledger: std::sync::Arc<QuotaLedger>,
+) -> anyhow::Result<AppState> {
+    let mut rate_limits = RoleRateLimits::default();
+    for setting in &args.rate_limits {
+        rate_limits.apply(setting);
+    }
+    let mut quotas = RoleQuotas::default();
+    for setting in &args.daily_quotas {
+        quotas.apply(setting);
+    }
+    Ok(AppState {
+        serving,
+        pool: database.pool().clone(),
+        analytics_pool: database.analytics_pool(),
+        keys: KeyCache::default(),
+        metrics: metrics.clone(),
+        body_limit: args.body_limit,
+        handling_timeout: std::time::Duration::from_secs_f64(args.handling_timeout),
+        rate_limits,
+        limiter: Default::default(),
+        quotas,
+        quota_ledger,
+        request_schemas: RequestSchemas::served().map_err(anyhow::Error::msg)?,
+    })
+}
+
+/// After the drain: the last second's requests count against their keys' quotas (retried past
+/// connections the stopped workers left dead, `storage::SHUTDOWN_ATTEMPTS`), and what the
+/// learners learned is stored, so the next start replays nothing. Failures are logged: the
+/// server has stopped either way.
+async fn store_at_shutdown(database: &Database, serving: &Serving, quota_ledger: &QuotaLedger) {
     for attempt in 1..=crate::storage::SHUTDOWN_ATTEMPTS {
-        match api_keys::store_usage(database.pool(), &quota_ledger).await {
+        match api_keys::store_usage(database.pool(), quota_ledger).await {
             Ok(_) => break,
             Err(err) if err.is_unavailable() && attempt < crate::storage::SHUTDOWN_ATTEMPTS => {}
             Err(err) => {
@@ -159,7 +177,6 @@ pub async fn run(
             }
         }
     }
-    // What the learners learned is stored, so the next start replays nothing.
     match serving.snapshot_all().await {
         Ok(orgs) => tracing::info!(orgs, "bandit snapshots stored"),
         Err(err) => tracing::warn!(
@@ -167,7 +184,6 @@ pub async fn run(
             "cannot store bandit snapshots at shutdown"
         ),
     }
-    Ok(())
 }
 
 /// How often the acceptance deltas written by serving are folded into the counts analysts read.

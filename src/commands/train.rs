@@ -17,14 +17,12 @@ use super::DatabaseArgs;
 use super::learned_grader_fit::{FitOn, fit_learned_grader};
 use crate::rft::{GraderKind, RftDataset, WorldReward};
 use crate::storage::training_runs::{self, RunStatus};
-use crate::training::run_dir::LEARNED_GRADER_FILE;
+use crate::training::run_dir::{Checkpoint, LEARNED_GRADER_FILE, RUN_ID_FILE, read_run_id};
+use crate::training::summary::{summarize, write_report};
 use crate::training::{
-    Constrained, DeviceChoice, FaultHooks, LrSchedule, MetricsLine, Observer, RunDir, StepMetrics,
-    TrainSettings, WarmupMode, read_metrics,
+    Constrained, DeviceChoice, FaultHooks, LrSchedule, Observer, RunDir, StepMetrics,
+    TrainOutcome, TrainSettings, WarmupMode, read_metrics,
 };
-
-/// Where the run's id is kept (the `training_runs.run_id` and `model_versions.model_version_id`).
-const RUN_ID_FILE: &str = "run_id";
 /// Hidden fault injection for the crash tests: SIGKILL while writing this step's checkpoint.
 const KILL_IN_CHECKPOINT_ENV: &str = "ARC_REC_TEST_KILL_IN_CHECKPOINT";
 /// Hidden fault injection for the rollback test: a NaN loss at this step.
@@ -58,8 +56,9 @@ pub struct TrainArgs {
     /// Prompts per RL step.
     #[arg(long, default_value_t = 4)]
     pub prompts_per_step: usize,
-    /// RL steps. 200 is the measured recipe's (README, Training): a run's acceptance often dips
-    /// below its warm-up's before it gains, and a shorter run can end in the dip.
+    /// RL steps. 200 is the measured recipe's (docs/experiments/rft-defaults-world1-world7.md):
+    /// a run's acceptance often dips below its warm-up's before it gains, and a shorter run can
+    /// end in the dip.
     #[arg(long, default_value_t = 200)]
     pub steps: u64,
     /// Supervised warm-up steps on accepted recommendations before RL.
@@ -279,74 +278,124 @@ impl TrainArgs {
 
 /// Runs `arc-rec train`.
 pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()> {
-    // Everything that can be checked without the model is checked before a run directory is
-    // made, so a typo does not leave a half-made run behind.
-    let load_data = |settings: &TrainSettings| -> anyhow::Result<RftDataset> {
-        let dataset = RftDataset::load(&settings.data)
-            .with_context(|| format!("--data {}", settings.data.display()))?;
-        crate::training::session::train_split(&dataset, &settings.data)?;
-        Ok(dataset)
-    };
-    let (run, settings, start, run_id, dataset) = match &args.resume {
-        Some(dir) => {
-            let (run, settings, start) = RunDir::resume(dir)?;
-            let run_id = std::fs::read_to_string(dir.join(RUN_ID_FILE))
-                .with_context(|| format!("--resume {}: no {RUN_ID_FILE} file", dir.display()))?
-                .trim()
-                .to_owned();
-            let dataset = load_data(&settings)?;
-            (run, settings, start, run_id, dataset)
-        }
-        None => {
-            let settings = args
-                .settings()
-                .context("--data, --model and --out are required")?;
-            settings.validate().map_err(anyhow::Error::msg)?;
-            let dataset = load_data(&settings)?;
-            if !settings.model.join("config.json").is_file() {
-                anyhow::bail!(
-                    "--model {}: not a model checkpoint (no config.json); write one with `arc-rec model init --preset tiny --out DIR`",
-                    settings.model.display()
-                );
-            }
-            let learned = match settings.grader {
-                GraderKind::Learned => Some(
-                    fit_learned_grader(&settings, &dataset, FitOn::TrainSplit, database).await?,
-                ),
-                GraderKind::Logged | GraderKind::World => None,
-            };
-            let out = args.out.clone().context("--out is required")?;
-            let run = RunDir::create(&out, &settings)?;
-            if let Some(grader) = learned {
-                run.write_file(LEARNED_GRADER_FILE, &serde_json::to_vec(&grader.to_file())?)?;
-            }
-            let run_id = format!("rft-{}", uuid::Uuid::now_v7());
-            run.write_file(RUN_ID_FILE, run_id.as_bytes())?;
-            (run, settings, None, run_id, dataset)
-        }
+    let Prepared {
+        run,
+        settings,
+        start,
+        run_id,
+        dataset,
+    } = match &args.resume {
+        Some(dir) => Prepared::resume(dir)?,
+        None => Prepared::create(args, database).await?,
     };
     let root = run.root().to_path_buf();
-    let config = serde_json::to_value(&settings)?;
-    let orgs = if args.no_record {
-        Vec::new()
-    } else {
-        let orgs = dataset.organizations();
-        let (run_id, config) = (run_id.clone(), config.clone());
-        super::with_database(database, |pool| async move {
-            let unknown = training_runs::unknown_orgs(&pool, &orgs).await?;
-            if !unknown.is_empty() {
-                anyhow::bail!(
-                    "cannot record the run: organization(s) {} of --data are not in the database (pass --no-record to train without recording)",
-                    unknown.join(", ")
-                );
-            }
-            training_runs::upsert_run(&pool, &orgs, &run_id, &config, RunStatus::Running, None)
-                .await?;
-            Ok(orgs)
-        })
-        .await?
+    let record = RunRecord::start(args.no_record, database, &dataset, &run_id, &settings).await?;
+    print_plan(&settings, &root);
+    let hooks = FaultHooks {
+        kill_in_checkpoint: env_step(KILL_IN_CHECKPOINT_ENV),
+        nan_loss_at: env_step(NAN_LOSS_ENV),
     };
+    let mut observer = Console::new(settings.total_steps());
+    let outcome = tokio::task::block_in_place(|| {
+        crate::training::train(run, &settings, &dataset, start, hooks, &mut observer)
+    });
+    observer.finish();
+    let lines = read_metrics(&root)?;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            record.failed(database, &error, summarize(&lines)).await;
+            return Err(error);
+        }
+    };
+    let report = write_report(&root, &run_id, &outcome, &lines)?;
+    record
+        .succeeded(database, &outcome, &settings, &report.summary)
+        .await?;
+    let overoptimisation = report
+        .overoptimisation
+        .map(|path| format!("; learned reward vs truth {}", path.display()))
+        .unwrap_or_default();
+    println!(
+        "done: {} steps on {} ({} rollbacks); adapter {}; curves {}{overoptimisation}; metrics {}",
+        outcome.steps,
+        outcome.device,
+        outcome.rollbacks,
+        outcome.final_adapter.display(),
+        report.curves.display(),
+        root.join(crate::training::run_dir::METRICS_FILE).display()
+    );
+    Ok(())
+}
 
+/// A run ready to train: its directory, settings, the checkpoint it resumes from, its id and its
+/// data. Everything that can be checked without the model is checked before a run directory is
+/// made, so a typo does not leave a half-made run behind.
+struct Prepared {
+    run: RunDir,
+    settings: TrainSettings,
+    start: Option<Checkpoint>,
+    run_id: String,
+    dataset: RftDataset,
+}
+
+impl Prepared {
+    fn resume(dir: &Path) -> anyhow::Result<Self> {
+        let (run, settings, start) = RunDir::resume(dir)?;
+        let run_id = read_run_id(dir, "--resume")?;
+        let dataset = load_data(&settings)?;
+        Ok(Self {
+            run,
+            settings,
+            start,
+            run_id,
+            dataset,
+        })
+    }
+
+    async fn create(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<Self> {
+        let settings = args
+            .settings()
+            .context("--data, --model and --out are required")?;
+        settings.validate().map_err(anyhow::Error::msg)?;
+        let dataset = load_data(&settings)?;
+        if !settings.model.join("config.json").is_file() {
+            anyhow::bail!(
+                "--model {}: not a model checkpoint (no config.json); write one with `arc-rec model init --preset tiny --out DIR`",
+                settings.model.display()
+            );
+        }
+        let learned = match settings.grader {
+            GraderKind::Learned => {
+                Some(fit_learned_grader(&settings, &dataset, FitOn::TrainSplit, database).await?)
+            }
+            GraderKind::Logged | GraderKind::World => None,
+        };
+        let out = args.out.clone().context("--out is required")?;
+        let run = RunDir::create(&out, &settings)?;
+        if let Some(grader) = learned {
+            run.write_file(LEARNED_GRADER_FILE, &serde_json::to_vec(&grader.to_file())?)?;
+        }
+        let run_id = format!("rft-{}", uuid::Uuid::now_v7());
+        run.write_file(RUN_ID_FILE, run_id.as_bytes())?;
+        Ok(Self {
+            run,
+            settings,
+            start: None,
+            run_id,
+            dataset,
+        })
+    }
+}
+
+fn load_data(settings: &TrainSettings) -> anyhow::Result<RftDataset> {
+    let dataset = RftDataset::load(&settings.data)
+        .with_context(|| format!("--data {}", settings.data.display()))?;
+    crate::training::session::train_split(&dataset, &settings.data)?;
+    Ok(dataset)
+}
+
+fn print_plan(settings: &TrainSettings, root: &Path) {
     println!(
         "training {} on {} ({} warm-up + {} RL steps, objective {} with k = {}, n = {}) into {}",
         settings.model.display(),
@@ -367,143 +416,114 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
             None => println!("KL penalty: β {}", settings.kl_coef),
         }
     }
-    let hooks = FaultHooks {
-        kill_in_checkpoint: env_step(KILL_IN_CHECKPOINT_ENV),
-        nan_loss_at: env_step(NAN_LOSS_ENV),
-    };
-    let mut observer = Console::new(settings.total_steps());
-    let outcome = tokio::task::block_in_place(|| {
-        crate::training::train(run, &settings, &dataset, start, hooks, &mut observer)
-    });
-    observer.finish();
-    let lines = read_metrics(&root)?;
-    let summary = summarize(&lines);
-    let outcome = match outcome {
-        Ok(outcome) => outcome,
-        Err(error) => {
-            if !orgs.is_empty() {
-                let (run_id, config) = (run_id.clone(), config.clone());
-                let failed = json!({"error": format!("{error:#}"), "last": summary});
-                let _ = super::with_database(database, |pool| async move {
-                    training_runs::upsert_run(
-                        &pool,
-                        &orgs,
-                        &run_id,
-                        &config,
-                        RunStatus::Failed,
-                        Some(&failed),
-                    )
-                    .await?;
-                    Ok(())
-                })
-                .await;
-            }
-            return Err(error);
+}
+
+/// The run's rows in `training_runs` / `model_versions`, for each organization of its data
+/// (none with `--no-record`).
+struct RunRecord {
+    orgs: Vec<String>,
+    run_id: String,
+    config: Value,
+}
+
+impl RunRecord {
+    /// Records the run as running; an error when an organization of the data is unknown.
+    async fn start(
+        no_record: bool,
+        database: &DatabaseArgs,
+        dataset: &RftDataset,
+        run_id: &str,
+        settings: &TrainSettings,
+    ) -> anyhow::Result<Self> {
+        let config = serde_json::to_value(settings)?;
+        let mut record = RunRecord {
+            orgs: Vec::new(),
+            run_id: run_id.to_owned(),
+            config,
+        };
+        if no_record {
+            return Ok(record);
         }
-    };
-    let curves = root.join(crate::training::run_dir::CURVES_FILE);
-    crate::training::curves::write_curves(&curves, &lines)?;
-    let overoptimisation = root.join(crate::training::run_dir::OVEROPTIMISATION_FILE);
-    let overoptimisation =
-        crate::training::curves::write_overoptimisation(&overoptimisation, &lines)
-            .transpose()?
-            .map(|()| format!("; learned reward vs truth {}", overoptimisation.display()))
-            .unwrap_or_default();
-    let summary = json!({
-        "run_id": run_id,
-        "steps": outcome.steps,
-        "rollbacks": outcome.rollbacks,
-        "device": outcome.device,
-        "train_prompts": outcome.train_prompts,
-        "trainable_parameters": outcome.trainable_parameters,
-        "final": summary,
-    });
-    std::fs::write(
-        root.join(crate::training::run_dir::SUMMARY_FILE),
-        serde_json::to_vec_pretty(&summary)?,
-    )?;
-    if !orgs.is_empty() {
-        let adapter = absolute(&outcome.final_adapter);
-        let base = absolute(&settings.model);
-        let recorded_orgs = orgs.len();
-        let (run_id, config) = (run_id.clone(), config.clone());
+        let orgs = dataset.organizations();
+        let (run_id, config) = (record.run_id.clone(), record.config.clone());
+        record.orgs = super::with_database(database, |pool| async move {
+            let unknown = training_runs::unknown_orgs(&pool, &orgs).await?;
+            if !unknown.is_empty() {
+                anyhow::bail!(
+                    "cannot record the run: organization(s) {} of --data are not in the database (pass --no-record to train without recording)",
+                    unknown.join(", ")
+                );
+            }
+            training_runs::upsert_run(&pool, &orgs, &run_id, &config, RunStatus::Running, None)
+                .await?;
+            Ok(orgs)
+        })
+        .await?;
+        Ok(record)
+    }
+
+    /// Records the failure, best effort: the training error is what the user needs to see.
+    async fn failed(&self, database: &DatabaseArgs, error: &anyhow::Error, last: Value) {
+        if self.orgs.is_empty() {
+            return;
+        }
+        let failed = json!({"error": format!("{error:#}"), "last": last});
+        let _ = super::with_database(database, |pool| async move {
+            training_runs::upsert_run(
+                &pool,
+                &self.orgs,
+                &self.run_id,
+                &self.config,
+                RunStatus::Failed,
+                Some(&failed),
+            )
+            .await?;
+            Ok(())
+        })
+        .await;
+    }
+
+    /// Records the run as succeeded and its model version (base checkpoint + adapter).
+    async fn succeeded(
+        &self,
+        database: &DatabaseArgs,
+        outcome: &TrainOutcome,
+        settings: &TrainSettings,
+        summary: &Value,
+    ) -> anyhow::Result<()> {
+        if self.orgs.is_empty() {
+            return Ok(());
+        }
+        let adapter = absolute(&outcome.final_adapter).display().to_string();
+        let base = absolute(&settings.model).display().to_string();
         super::with_database(database, |pool| async move {
             training_runs::upsert_run(
                 &pool,
-                &orgs,
-                &run_id,
-                &config,
+                &self.orgs,
+                &self.run_id,
+                &self.config,
                 RunStatus::Succeeded,
-                Some(&summary),
+                Some(summary),
             )
             .await?;
             training_runs::upsert_model_version(
                 &pool,
-                &orgs,
-                &run_id,
-                &base.display().to_string(),
-                &adapter.display().to_string(),
-                &summary,
+                &self.orgs,
+                &self.run_id,
+                &base,
+                &adapter,
+                summary,
             )
             .await?;
             Ok(())
         })
         .await?;
-        println!("recorded run and model version for {recorded_orgs} organization(s)");
+        println!(
+            "recorded run and model version for {} organization(s)",
+            self.orgs.len()
+        );
+        Ok(())
     }
-    println!(
-        "done: {} steps on {} ({} rollbacks); adapter {}; curves {}{overoptimisation}; metrics {}",
-        outcome.steps,
-        outcome.device,
-        outcome.rollbacks,
-        outcome.final_adapter.display(),
-        curves.display(),
-        root.join(crate::training::run_dir::METRICS_FILE).display()
-    );
-    Ok(())
-}
-
-/// The last RL step's figures (and the last warm-up loss), for the summary and the database.
-fn summarize(lines: &[MetricsLine]) -> Value {
-    let steps: Vec<&StepMetrics> = crate::training::metrics::steps(lines).collect();
-    let last_rl = steps.iter().rev().find(|s| s.rl.is_some());
-    let last_warmup = steps
-        .iter()
-        .rev()
-        .find(|s| s.phase == crate::training::Phase::Warmup);
-    json!({
-        "last_rl_step": last_rl,
-        "last_warmup_loss": last_warmup.map(|s| s.loss),
-        "rl_curve": rl_curve(&steps),
-    })
-}
-
-/// Most points of the RL curve a run's summary keeps (the database's copy of it, which the
-/// dashboard draws; `metrics.jsonl` keeps every step).
-const RL_CURVE_POINTS: usize = 100;
-
-/// The RL steps' pass@1, pass@k and mean reward, averaged over consecutive bins so that at most
-/// [`RL_CURVE_POINTS`] remain; each point is at its bin's last step.
-fn rl_curve(steps: &[&StepMetrics]) -> Vec<Value> {
-    let rl: Vec<(u64, &crate::training::metrics::RlMetrics)> = steps
-        .iter()
-        .filter_map(|s| s.rl.as_ref().map(|rl| (s.step, rl)))
-        .collect();
-    let bin = rl.len().div_ceil(RL_CURVE_POINTS).max(1);
-    rl.chunks(bin)
-        .filter_map(|chunk| {
-            let (step, _) = chunk.last()?;
-            let mean = |f: fn(&crate::training::metrics::RlMetrics) -> f64| {
-                chunk.iter().map(|(_, rl)| f(rl)).sum::<f64>() / chunk.len() as f64
-            };
-            Some(json!({
-                "step": step,
-                "pass_at_1": mean(|rl| rl.pass_at_1),
-                "pass_at_k": mean(|rl| rl.pass_at_k),
-                "reward_mean": mean(|rl| rl.reward_mean),
-            }))
-        })
-        .collect()
 }
 
 fn absolute(path: &Path) -> PathBuf {
@@ -585,39 +605,5 @@ impl Observer for Console {
             Some(bar) => bar.println(message),
             None => println!("{message}"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rl_step(step: u64, pass_at_1: f64) -> StepMetrics {
-        serde_json::from_value(json!({
-            "step": step, "phase": "rl", "learning_rate": 1e-4, "loss": 0.0, "grad_norm": 0.0,
-            "updated": true, "tokens": 10, "reward_mean": 2.0 * pass_at_1 - 1.0, "reward_std": 1.0,
-            "pass_at_1": pass_at_1, "pass_at_k": 0.5, "maj_at_k": 0.5,
-            "nonzero_advantage_fraction": 1.0, "kl": 0.0, "entropy": 1.0, "clip_fraction": 0.0,
-            "format_validity": 1.0, "completion_tokens_mean": 10.0, "completion_tokens_max": 12,
-            "prompts_drawn": 4, "step_seconds": 1.0, "tokens_per_second": 10.0
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn the_rl_curve_keeps_at_most_a_hundred_bin_means_at_their_last_steps() {
-        // 250 RL steps (10..260): bins of 3, the last of one; pass@1 = step / 1000.
-        let steps: Vec<StepMetrics> = (10..260).map(|s| rl_step(s, s as f64 / 1000.0)).collect();
-        let refs: Vec<&StepMetrics> = steps.iter().collect();
-        let curve = rl_curve(&refs);
-        assert_eq!(curve.len(), 84);
-        assert_eq!(curve[0]["step"], 12);
-        assert!((curve[0]["pass_at_1"].as_f64().unwrap() - 0.011).abs() < 1e-12);
-        assert_eq!(curve[83]["step"], 259);
-        assert!((curve[83]["pass_at_1"].as_f64().unwrap() - 0.259).abs() < 1e-12);
-        assert!((curve[0]["reward_mean"].as_f64().unwrap() + 0.978).abs() < 1e-12);
-        // Fewer steps than points: one point per step; none without RL steps.
-        assert_eq!(rl_curve(&refs[..7]).len(), 7);
-        assert!(rl_curve(&[]).is_empty());
     }
 }

@@ -139,8 +139,8 @@ pub fn timestamp_s(t: chrono::DateTime<chrono::Utc>) -> f64 {
 /// the same residual from the same answers, so a surprise recorded before the shared model had
 /// learned it stays in the sum after it has — a double correction that sinks a version's ideas
 /// long after the shared model stopped overrating them (measured in `bench pipeline` once the
-/// warm start taught the shared model raw acceptance: README, "Corrections against the shared
-/// model as it is now").
+/// warm start taught the shared model raw acceptance:
+/// docs/experiments/pipeline-corrections-recentred.md).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CandidateEvidence {

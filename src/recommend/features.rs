@@ -29,8 +29,8 @@ const CONFIG_PICK: [usize; 4] = [0, 1, 3, 7];
 const CANDIDATE_PICK: usize = crate::candidates::CANDIDATE_FEATURES;
 
 /// The posterior scale the service ranks with. Measured with `arc-rec bench bandit` over 5 policy
-/// seeds of 6,000 rounds with the warm start against Vowpal Wabbit on the same lists (README,
-/// "Online ranking against Vowpal Wabbit and MABWiser"): 0.125 did better than 0.25 on both
+/// seeds of 6,000 rounds with the warm start against Vowpal Wabbit on the same lists
+/// (docs/experiments/bandit-vs-vowpal-wabbit.md): 0.125 did better than 0.25 on both
 /// tuning worlds (world A: first 500 rounds 0.428 vs 0.401, last quarter 0.550 vs 0.539; world
 /// B: 0.464 vs 0.440, 0.550 vs 0.543) and was then measured once on a fresh world (D: 1.110 ±
 /// 0.027× the best VW configuration in the last quarter, +0.050 in the first 500). (Before the

@@ -5,13 +5,15 @@
 //! serving's hard constraints), and how one
 //! organization's candidates from several clusters are stored (one row per candidate id).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::completion::parse_recommendation;
 use super::dataset::{RftDataset, RftPrompt};
+use super::learned_grader::{LearnedGrader, LearnedGraderError};
 use crate::candidates::{CandidateIndex, UnknownName, finalize};
 use crate::domain::agent_config::config_hash;
 use crate::domain::{Candidate, CandidateSource};
+use crate::storage::candidate_stats::SavedCandidates;
 
 /// One context the model generates candidates for: the typical configuration of one
 /// (organization, failure cluster).
@@ -285,6 +287,183 @@ pub fn candidate_lines(
         }
     }
     Ok(out)
+}
+
+/// One organization's figures in `arc-rec candidates`' table.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OrgSummary {
+    /// Contexts asked about.
+    pub contexts: usize,
+    /// Completions read.
+    pub generated: usize,
+    /// Completions that passed the graders' format check.
+    pub valid: usize,
+    /// Valid ones dropped for naming a model or tool the organization has never run.
+    pub unknown: usize,
+    /// Valid ones with no unknown name that pass serving's hard constraints.
+    pub passed: usize,
+    /// Rows to store (a candidate proposed in several contexts is one row).
+    pub rows: usize,
+    /// Rows tied to one failure cluster.
+    pub for_cluster: usize,
+    /// What the database write did (zero when the candidates go to a file).
+    pub saved: SavedCandidates,
+}
+
+impl OrgSummary {
+    fn add(&mut self, other: &OrgSummary) {
+        self.contexts += other.contexts;
+        self.generated += other.generated;
+        self.valid += other.valid;
+        self.unknown += other.unknown;
+        self.passed += other.passed;
+        self.rows += other.rows;
+        self.for_cluster += other.for_cluster;
+        self.saved.inserted += other.saved.inserted;
+        self.saved.updated += other.saved.updated;
+    }
+}
+
+/// Every context's harvest, gathered per organization into the rows to store.
+#[derive(Debug, Clone, Default)]
+pub struct Gathered {
+    pub summaries: BTreeMap<String, OrgSummary>,
+    /// Per organization, the rows to store ([`merge_clusters`]).
+    pub rows: BTreeMap<String, Vec<StoredCandidate>>,
+    /// Contexts whose cluster is not an active stored cluster of their organization: their
+    /// candidates are stored for any cluster.
+    pub unmatched: usize,
+    /// Format errors by kind, over every context.
+    pub format_errors: BTreeMap<&'static str, usize>,
+    /// The first unknown name met, as `NAME in ORG`.
+    pub first_unknown: Option<String>,
+}
+
+/// Gathers the harvests of `contexts` (in the same order) per organization. Candidates of a
+/// context whose cluster is not one of its organization's `stored_clusters` (an export made
+/// before `arc-rec cluster`, whose clusters are failure categories, or clusters renamed since)
+/// are stored for any cluster.
+pub fn gather(
+    contexts: &[ServingContext<'_>],
+    harvests: &[Harvest],
+    stored_clusters: &BTreeMap<String, BTreeSet<String>>,
+) -> Gathered {
+    let mut gathered = Gathered::default();
+    let mut per_org: BTreeMap<&str, Vec<ClusterCandidates>> = BTreeMap::new();
+    for (context, harvest) in contexts.iter().zip(harvests) {
+        let stored = stored_clusters
+            .get(context.org)
+            .is_some_and(|ids| ids.contains(context.cluster));
+        if !stored {
+            gathered.unmatched += 1;
+        }
+        let summary = gathered.summaries.entry(context.org.to_owned()).or_default();
+        summary.contexts += 1;
+        summary.generated += harvest.generated;
+        summary.valid += harvest.valid;
+        summary.unknown += harvest.unknown_names;
+        summary.passed += harvest.candidates.len();
+        if gathered.first_unknown.is_none() {
+            gathered.first_unknown = harvest
+                .first_unknown
+                .as_ref()
+                .map(|name| format!("{name} in {}", context.org));
+        }
+        for (kind, count) in &harvest.format_errors {
+            *gathered.format_errors.entry(kind).or_insert(0) += count;
+        }
+        per_org.entry(context.org).or_default().push((
+            stored.then(|| context.cluster.to_owned()),
+            harvest.candidates.clone(),
+        ));
+    }
+    gathered.rows = per_org
+        .into_iter()
+        .map(|(org, per_context)| (org.to_owned(), merge_clusters(per_context)))
+        .collect();
+    for (org, rows) in &gathered.rows {
+        let summary = gathered.summaries.entry(org.clone()).or_default();
+        summary.rows = rows.len();
+        summary.for_cluster = rows.iter().filter(|(c, _)| c.is_some()).count();
+    }
+    gathered
+}
+
+impl Gathered {
+    /// Every organization's figures summed.
+    pub fn total(&self) -> OrgSummary {
+        let mut total = OrgSummary::default();
+        for summary in self.summaries.values() {
+            total.add(summary);
+        }
+        total
+    }
+
+    /// The format errors as `kind count, kind count`; empty when there were none.
+    pub fn format_errors_text(&self) -> String {
+        self.format_errors
+            .iter()
+            .map(|(kind, count)| format!("{kind} {count}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Candidates to store, over every organization.
+    pub fn row_count(&self) -> usize {
+        self.rows.values().map(Vec::len).sum()
+    }
+}
+
+/// Stores with every candidate the learned grader's prior over the contexts that proposed it
+/// ([`LearnedGrader::prior`]); returns the priors' means, sorted, to show how they spread.
+pub fn price(
+    grader: &LearnedGrader,
+    contexts: &[ServingContext<'_>],
+    harvests: &[Harvest],
+    rows: &mut BTreeMap<String, Vec<StoredCandidate>>,
+) -> Result<Vec<f64>, PriceError> {
+    let mut proposed: BTreeMap<(&str, &str), Vec<(&RftPrompt, &serde_json::Value)>> =
+        BTreeMap::new();
+    for (context, harvest) in contexts.iter().zip(harvests) {
+        for candidate in &harvest.candidates {
+            proposed
+                .entry((context.org, candidate.candidate_id.as_str()))
+                .or_default()
+                .push((context.prompt, &candidate.diff));
+        }
+    }
+    let mut means = Vec::new();
+    for (org, org_rows) in rows.iter_mut() {
+        for (_, candidate) in org_rows.iter_mut() {
+            let contexts = proposed
+                .get(&(org.as_str(), candidate.candidate_id.as_str()))
+                .cloned()
+                .unwrap_or_default();
+            let prior = grader.prior(contexts).map_err(|source| PriceError {
+                org: org.clone(),
+                candidate_id: candidate.candidate_id.clone(),
+                source,
+            })?;
+            if let (Some(prior), CandidateSource::Model { prior: slot, .. }) =
+                (prior, &mut candidate.source)
+            {
+                means.push(prior.mean);
+                *slot = Some(prior);
+            }
+        }
+    }
+    means.sort_by(f64::total_cmp);
+    Ok(means)
+}
+
+/// A candidate the learned grader could not price.
+#[derive(Debug, thiserror::Error)]
+#[error("pricing {org}'s candidate {candidate_id}")]
+pub struct PriceError {
+    pub org: String,
+    pub candidate_id: String,
+    #[source]
+    pub source: LearnedGraderError,
 }
 
 #[cfg(test)]

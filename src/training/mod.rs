@@ -12,15 +12,20 @@
 //! - [`guard`]: the adaptive KL coefficient, the divergence guard and what a rollback changes;
 //! - [`seeds`]: the random streams (seed, step, salt) and the data orders.
 //! - [`curves`]: the PNG of a run's main curves.
+//! - [`summary`]: a finished run's `summary.json` and curves.
 //! - [`evaluation`]: a run's base, warm-up and RL models on the held-out prompts.
+//! - [`eval_run`]: `arc-rec eval`'s prompts, graders, models and report (`eval.json`, `eval.png`).
 //! - [`baselines`]: eval's floors and ceiling (logged heuristic, random pick, menu oracle).
+//! - [`candidates`]: a finished run's model writing candidates for serving (`arc-rec candidates`).
 //!
 //! Data and grading come from [`crate::rft`], advantages from `objectives`, the model, sampling,
 //! loss and optimizer from `trainer`. Nothing here touches the database: the command records
 //! runs in `training_runs` / `model_versions`.
 
 pub mod baselines;
+pub mod candidates;
 pub mod curves;
+pub mod eval_run;
 pub mod evaluation;
 pub mod guard;
 pub mod metrics;
@@ -29,6 +34,7 @@ pub mod run_dir;
 pub mod seeds;
 pub mod session;
 pub mod settings;
+pub mod summary;
 pub mod update;
 pub mod warmup;
 

@@ -42,6 +42,8 @@ pub const WARMUP_MODEL_DIR: &str = "warmup-model";
 pub const FINAL_ADAPTER_DIR: &str = "adapter";
 /// The learned grader's fit (`--grader learned`), written when the run is created.
 pub const LEARNED_GRADER_FILE: &str = "grader.json";
+/// The run's id (`training_runs.run_id`, `model_versions.model_version_id`).
+pub const RUN_ID_FILE: &str = "run_id";
 const STATE_FILE: &str = "state.json";
 const TEMP_PREFIX: &str = ".tmp-";
 /// Checkpoints kept; older ones are deleted once a newer one is in place.
@@ -417,6 +419,24 @@ fn truncate_lines(path: &Path, lines: u64) -> anyhow::Result<()> {
     file.set_len(cut as u64)?;
     file.sync_all()?;
     Ok(())
+}
+
+/// The run's id (`run_id`, written when `arc-rec train` creates the run); `flag` names the
+/// option the directory came from in errors.
+pub fn read_run_id(root: &Path, flag: &str) -> anyhow::Result<String> {
+    let run_id = fs::read_to_string(root.join(RUN_ID_FILE))
+        .with_context(|| {
+            format!(
+                "{flag} {}: no {RUN_ID_FILE} file; not a run directory of `arc-rec train`",
+                root.display()
+            )
+        })?
+        .trim()
+        .to_owned();
+    if run_id.is_empty() {
+        bail!("{flag} {}: its {RUN_ID_FILE} file is empty", root.display());
+    }
+    Ok(run_id)
 }
 
 /// The settings a run directory was created with; `flag` names the argument that gave `root`.

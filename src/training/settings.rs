@@ -214,8 +214,8 @@ pub const DEFAULT_KL_HORIZON: u64 = 320;
 /// `--kl-coef`'s default under `--grader learned`: the starting β of a KL budget. A free policy
 /// over-optimises a reward model fitted on ~1,300 logged decisions: on the world, learned-grader
 /// runs without a budget lost up to 0.23 of true acceptance held out as their KL per token
-/// climbed towards 1, and with this one they stayed near their warm-up (README, "A KL budget
-/// for the learned grader").
+/// climbed towards 1, and with this one they stayed near their warm-up
+/// (docs/experiments/learned-grader-kl-budget.md).
 pub const LEARNED_KL_COEF: f64 = 0.05;
 /// `--kl-target`'s default under `--grader learned` (when `--kl-coef` is not given either).
 pub const LEARNED_KL_TARGET: f64 = 0.1;
