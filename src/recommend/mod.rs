@@ -11,6 +11,7 @@ pub mod features;
 pub mod ope;
 pub mod pipeline_bench;
 pub mod placement;
+pub mod serve_bench;
 pub mod service;
 pub mod snapshot;
 pub mod warm_start;
