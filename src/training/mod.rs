@@ -24,6 +24,7 @@ pub mod curves;
 pub mod evaluation;
 pub mod guard;
 pub mod metrics;
+pub mod model_bench;
 pub mod rollout;
 pub mod run_dir;
 pub mod seeds;
