@@ -14,6 +14,7 @@ pub mod commands;
 pub mod dashboard;
 pub mod domain;
 pub mod export;
+pub mod http_load;
 pub mod ingest;
 pub mod plot;
 pub mod progress;

@@ -1,18 +1,20 @@
 //! `arc-rec bench ...`: performance measurements anyone can rerun. Every bench prints a human
 //! table, or one JSON object with `--json`.
 
-use std::path::Path;
-use std::process::Command;
+use std::collections::HashMap;
 use std::time::Instant;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use super::bench_peers;
 use super::peak_memory::peak_rss_mb_of;
-use crate::export::{ExportFormat, ExportOptions, export_to_file};
+use crate::candidates::CandidateIndex;
+use crate::export::bench::ExportBench;
+use crate::recommend::bench_data::{self, BANDIT_WORLD_OUTCOMES};
+use crate::recommend::benchmark::{BanditBenchConfig, BanditBenchReport, PeerPolicies, WarmStart};
 use crate::storage::Database;
-use crate::storage::export_rows::{ExportFilter, export_sql};
+use crate::world::{Environment, World, WorldParams};
 
 /// The benchmarks.
 #[derive(Debug, Subcommand)]
@@ -142,229 +144,123 @@ pub async fn run(command: &BenchCommand, database: &Database) -> anyhow::Result<
     }
 }
 
+/// What `bench export --json` prints: the measurement and this process's peak memory.
 #[derive(Debug, Serialize)]
-struct ExportBench {
-    rows: u64,
-    repeat: u32,
-    arc_rec_seconds: f64,
-    arc_rec_rows_per_s: f64,
-    arc_rec_mb_per_s: f64,
-    arc_rec_bytes: u64,
-    psql_copy_seconds: f64,
-    psql_copy_rows_per_s: f64,
-    psql_copy_bytes: u64,
-    /// arc-rec time / psql \copy time; the goal is ≤ 1.5.
-    time_ratio: f64,
+struct ExportReport {
+    #[serde(flatten)]
+    figures: ExportBench,
     peak_rss_mb: f64,
 }
 
 async fn bench_export(args: &BenchExportArgs, database: &Database) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir().context("cannot create a scratch directory")?;
-    let ours = dir.path().join("export.jsonl");
-    let theirs = dir.path().join("copy.txt");
-    let options = ExportOptions {
-        filter: ExportFilter::default(),
-        format: ExportFormat::Arc,
-        split: None,
-        validation_percent: 10,
-        accepted_only: false,
-    };
-    let mut ours_times = Vec::new();
-    let mut theirs_times = Vec::new();
-    let mut summary = None;
-    // Alternate the two sides so caching and background load affect both alike.
-    for _ in 0..args.repeat {
-        let started = Instant::now();
-        let hidden = indicatif::ProgressBar::hidden();
-        summary = Some(export_to_file(database, &options, &ours, &hidden).await?);
-        ours_times.push(started.elapsed().as_secs_f64());
-        theirs_times.push(psql_copy(database, &theirs)?);
-    }
-    let summary = summary.context("no repetition ran")?;
-    let ours_s = median(&mut ours_times);
-    let theirs_s = median(&mut theirs_times);
-    let copy_bytes = std::fs::metadata(&theirs).map(|m| m.len()).unwrap_or(0);
-    let copy_rows = std::fs::read_to_string(&theirs)
-        .map(|t| t.lines().count() as u64)
-        .unwrap_or(0);
-    anyhow::ensure!(
-        copy_rows == summary.rows_read,
-        "psql copied {copy_rows} rows but arc-rec read {}: not the same rows",
-        summary.rows_read
-    );
-    let report = ExportBench {
-        rows: summary.rows_read,
-        repeat: args.repeat,
-        arc_rec_seconds: ours_s,
-        arc_rec_rows_per_s: summary.rows_read as f64 / ours_s,
-        arc_rec_mb_per_s: summary.bytes_written as f64 / 1e6 / ours_s,
-        arc_rec_bytes: summary.bytes_written,
-        psql_copy_seconds: theirs_s,
-        psql_copy_rows_per_s: copy_rows as f64 / theirs_s,
-        psql_copy_bytes: copy_bytes,
-        time_ratio: ours_s / theirs_s,
+    let figures = crate::export::bench::measure(database, args.repeat).await?;
+    let report = ExportReport {
+        figures,
         peak_rss_mb: peak_rss_mb_of("self"),
     };
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        println!(
-            "export of {} rows (median of {} runs)",
-            report.rows, report.repeat
-        );
-        println!(
-            "{:<14} {:>10} {:>12} {:>10} {:>12}",
-            "", "seconds", "rows/s", "MB/s", "bytes"
-        );
-        println!(
-            "{:<14} {:>10.3} {:>12.0} {:>10.1} {:>12}",
-            "arc-rec",
-            report.arc_rec_seconds,
-            report.arc_rec_rows_per_s,
-            report.arc_rec_mb_per_s,
-            report.arc_rec_bytes
-        );
-        println!(
-            "{:<14} {:>10.3} {:>12.0} {:>10.1} {:>12}",
-            "psql \\copy",
-            report.psql_copy_seconds,
-            report.psql_copy_rows_per_s,
-            copy_bytes as f64 / 1e6 / theirs_s,
-            copy_bytes
-        );
-        println!(
-            "time ratio arc-rec / psql \\copy: {:.2} (goal <= 1.5)",
-            report.time_ratio
-        );
-        println!("peak RSS of this process: {:.1} MB", report.peak_rss_mb);
+        print_export(&report);
     }
     Ok(())
 }
 
-/// Times `psql -c "\copy (export query) TO file"` against the same database.
-fn psql_copy(database: &Database, out: &Path) -> anyhow::Result<f64> {
-    let sql = export_sql(&ExportFilter::default())
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    let command = format!(
-        "\\copy ({sql}) TO '{}'",
-        out.display().to_string().replace('\'', "''")
+fn print_export(report: &ExportReport) {
+    let figures = &report.figures;
+    println!(
+        "export of {} rows (median of {} runs)",
+        figures.rows, figures.repeat
     );
-    let started = Instant::now();
-    let output = Command::new(database.psql())
-        .arg(database.libpq_url())
-        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", &command])
-        .output()
-        .with_context(|| format!("cannot run {}", database.psql().display()))?;
-    let elapsed = started.elapsed().as_secs_f64();
-    anyhow::ensure!(
-        output.status.success(),
-        "psql failed: {}",
-        String::from_utf8_lossy(&output.stderr).trim()
+    println!(
+        "{:<14} {:>10} {:>12} {:>10} {:>12}",
+        "", "seconds", "rows/s", "MB/s", "bytes"
     );
-    Ok(elapsed)
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-/// Outcomes in the benchmark world's history (what the candidate statistics are computed from).
-const BANDIT_WORLD_OUTCOMES: u64 = 20_000;
-
-/// Every decided diff of the world's log, as the warm start reads it: the export's view (the
-/// before-version's failure groups, its configuration, the owner's segment), never the world's
-/// truth.
-async fn logged_decisions(
-    database: &Database,
-) -> anyhow::Result<Vec<crate::recommend::warm_start::LoggedDecision>> {
-    use crate::recommend::warm_start::LoggedDecision;
-
-    let mut logged = Vec::new();
-    crate::storage::export_rows::for_each_row(
-        database,
-        &crate::storage::export_rows::ExportFilter::default(),
-        |row| -> anyhow::Result<()> {
-            logged.push(LoggedDecision::of_export_row(row));
-            Ok(())
-        },
-    )
-    .await?;
-    Ok(logged)
+    println!(
+        "{:<14} {:>10.3} {:>12.0} {:>10.1} {:>12}",
+        "arc-rec",
+        figures.arc_rec_seconds,
+        figures.arc_rec_rows_per_s,
+        figures.arc_rec_mb_per_s,
+        figures.arc_rec_bytes
+    );
+    println!(
+        "{:<14} {:>10.3} {:>12.0} {:>10.1} {:>12}",
+        "psql \\copy",
+        figures.psql_copy_seconds,
+        figures.psql_copy_rows_per_s,
+        figures.psql_copy_bytes as f64 / 1e6 / figures.psql_copy_seconds,
+        figures.psql_copy_bytes
+    );
+    println!(
+        "time ratio arc-rec / psql \\copy: {:.2} (goal <= 1.5)",
+        figures.time_ratio
+    );
+    println!("peak RSS of this process: {:.1} MB", report.peak_rss_mb);
 }
 
 async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Result<()> {
-    use std::collections::HashMap;
-
-    use crate::candidates::CandidateIndex;
-    use crate::recommend::benchmark::{BanditBenchConfig, run};
-    use crate::world::{Environment, World, WorldParams};
-
     if !(0.0..=1.0).contains(&args.warm_start_weight) {
         anyhow::bail!(
             "--warm-start-weight: must be in [0, 1], got {}",
             args.warm_start_weight
         );
     }
-    let params = WorldParams {
+    let world = World::new(WorldParams {
         seed: args.seed,
         outcomes: usize::try_from(args.outcomes)?,
         orgs: args.orgs.clone(),
         ..WorldParams::default()
-    };
-    let default_shape =
-        params.orgs == WorldParams::default().orgs && args.outcomes == BANDIT_WORLD_OUTCOMES;
-    let world = World::new(params)?;
-    // The world's history lives in a database of its own on the same server, made once per
-    // world (seed and shape).
-    let name = if default_shape {
-        format!("arc_rec_bench_world_{}", args.seed)
-    } else {
-        let shape = format!("{}|{}", args.orgs.join(","), args.outcomes);
-        let digest = <sha2::Sha256 as sha2::Digest>::digest(shape.as_bytes());
-        format!(
-            "arc_rec_bench_world_{}_{}",
-            args.seed,
-            hex::encode(&digest[..4])
-        )
-    };
-    let admin = database.connect_options().clone().database("postgres");
-    crate::storage::create_database_if_missing(&admin, &name).await?;
-    let bench_db = Database::open_with(
-        database.connect_options().clone().database(&name),
-        String::new(),
-        database.psql().to_path_buf(),
-    )
-    .await?;
-    bench_db.migrate().await?;
-    let outcomes: i64 = crate::storage::record_writer::table_counts(bench_db.pool())
-        .await?
-        .get(&crate::domain::RecordKind::Outcome)
-        .copied()
-        .unwrap_or(0);
-    if outcomes == 0 {
+    })?;
+    let (indexes, warm_start) = bandit_world(args, &world, database).await?;
+    let config = bandit_config(args, warm_start)?;
+    let started = Instant::now();
+    let report = run_bandit(args, &world, indexes, config).await?;
+    if let Some(path) = &args.plot {
+        crate::plot::write_png(path, &[regret_panel(&report)], 1)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
+    print_bandit(&report, started.elapsed().as_secs_f64());
+    print_true_acceptance(&report);
+    if !args.peers.is_empty() {
+        println!(
+            "peers saw arc-rec's candidate lists: {} (rounds with a different list: {})",
+            if report.peer_list_mismatches == 0 {
+                "every round"
+            } else {
+                "NOT every round"
+            },
+            report.peer_list_mismatches
+        );
+    }
+    if let Some(path) = &args.plot {
+        println!("regret curves in {}", path.display());
+    }
+    Ok(())
+}
+
+/// The world's history in a database of its own on the same server (loaded on first use), each
+/// organization's candidate index from it and, unless its weight is 0, the warm start.
+async fn bandit_world(
+    args: &BenchBanditArgs,
+    world: &World,
+    database: &Database,
+) -> anyhow::Result<(HashMap<String, CandidateIndex>, Option<WarmStart>)> {
+    let name = bench_data::world_database_name(args.seed, &args.orgs, args.outcomes);
+    let world_db = bench_data::open_world_database(database, &name).await?;
+    if !bench_data::holds_history(&world_db).await? {
         eprintln!(
             "loading the world's history (seed {}) into database {name}...",
             args.seed
         );
-        let mut writer =
-            crate::storage::record_writer::RecordWriter::begin(bench_db.pool()).await?;
-        for record in world.history() {
-            writer.push(&record).await?;
-        }
-        writer.commit().await?;
+        bench_data::load_history(&world_db, world).await?;
     }
-    let mut indexes = HashMap::new();
-    for org in &world.params().orgs {
-        indexes.insert(
-            org.clone(),
-            CandidateIndex::load(bench_db.pool(), org).await?,
-        );
-    }
+    let indexes = bench_data::candidate_indexes(world_db.pool(), &world.params().orgs).await?;
     let warm_start = if args.warm_start_weight > 0.0 {
-        let logged = logged_decisions(&bench_db).await?;
+        let logged = bench_data::logged_decisions(&world_db).await?;
         let warm = crate::recommend::benchmark::warm_start(
             &indexes,
             &logged,
@@ -388,15 +284,23 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
     } else {
         None
     };
-    bench_db.close().await?;
+    world_db.close().await?;
+    Ok((indexes, warm_start))
+}
 
+/// The run the arguments ask for: two Thompson variants (linear and logistic) with the given
+/// exploration.
+fn bandit_config(
+    args: &BenchBanditArgs,
+    warm_start: Option<WarmStart>,
+) -> anyhow::Result<BanditBenchConfig> {
     let thompson = |model| bandit::PolicyConfig {
         model,
         noise_scale: args.noise_scale,
         epsilon: args.epsilon,
         ..crate::recommend::features::policy_config()
     };
-    let config = BanditBenchConfig {
+    Ok(BanditBenchConfig {
         rounds: usize::try_from(args.rounds)?,
         seed: args.seed,
         policy_seed: args.policy_seed.unwrap_or(args.seed),
@@ -415,38 +319,46 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
         cold_start: usize::try_from(args.cold_start)?,
         full_information: args.full_information,
         warm_start,
-    };
-    let peer_policies = crate::commands::bench_peers::expand_peers(&args.peers)?;
+    })
+}
+
+/// Runs the rounds on a blocking thread, with the `--peers` in their Python process.
+async fn run_bandit(
+    args: &BenchBanditArgs,
+    world: &World,
+    indexes: HashMap<String, CandidateIndex>,
+    config: BanditBenchConfig,
+) -> anyhow::Result<BanditBenchReport> {
+    let peer_policies = bench_peers::expand_peers(&args.peers)?;
     let python = args
         .python
         .clone()
-        .unwrap_or_else(crate::commands::bench_peers::default_python);
+        .unwrap_or_else(bench_peers::default_python);
     let seed = args.policy_seed.unwrap_or(args.seed);
-    let environment = Environment::new(&world);
-    let started = Instant::now();
-    let report = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+    let environment = Environment::new(world);
+    tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let mut peers = if peer_policies.is_empty() {
             None
         } else {
-            Some(crate::commands::bench_peers::PythonPeers::start(
+            Some(bench_peers::PythonPeers::start(
                 &python,
                 peer_policies,
                 seed,
             )?)
         };
-        let peers = peers
-            .as_mut()
-            .map(|p| p as &mut dyn crate::recommend::benchmark::PeerPolicies);
-        Ok(run(&environment, &indexes, &config, peers)?)
+        let peers = peers.as_mut().map(|p| p as &mut dyn PeerPolicies);
+        Ok(crate::recommend::benchmark::run(
+            &environment,
+            &indexes,
+            &config,
+            peers,
+        )?)
     })
-    .await??;
-    if let Some(path) = &args.plot {
-        crate::plot::write_png(path, &[regret_panel(&report)], 1)?;
-    }
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
-        return Ok(());
-    }
+    .await?
+}
+
+/// The acceptance table: each policy over the reported rounds, against random and the oracle.
+fn print_bandit(report: &BanditBenchReport, seconds: f64) {
     println!(
         "{} rounds, seed {} (policies {}), {:.1} candidates per context; last {} rounds ({:.0} s)",
         report.rounds,
@@ -454,7 +366,7 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
         report.policy_seed,
         report.mean_candidates,
         report.reported_rounds,
-        started.elapsed().as_secs_f64()
+        seconds
     );
     let baseline = |name: &str| {
         report
@@ -484,6 +396,10 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
         "bandit alone: {:.0} decisions/s (rank of ~{:.0} candidates)",
         report.thompson_decisions_per_s, report.mean_candidates
     );
+}
+
+/// The noise-free table: the true acceptance of what each policy showed, cold and late.
+fn print_true_acceptance(report: &BanditBenchReport) {
     println!("\ntrue acceptance of what each showed (the world's probability, no draw noise):");
     println!(
         "{:<26} {:>12} {:>14} {:>10} {:>13}",
@@ -504,25 +420,10 @@ async fn bench_bandit(args: &BenchBanditArgs, database: &Database) -> anyhow::Re
                 .map_or_else(|| "-".to_owned(), |d| format!("{d:.0}"))
         );
     }
-    if !args.peers.is_empty() {
-        println!(
-            "peers saw arc-rec's candidate lists: {} (rounds with a different list: {})",
-            if report.peer_list_mismatches == 0 {
-                "every round"
-            } else {
-                "NOT every round"
-            },
-            report.peer_list_mismatches
-        );
-    }
-    if let Some(path) = &args.plot {
-        println!("regret curves in {}", path.display());
-    }
-    Ok(())
 }
 
 /// Each policy's cumulative regret against the oracle over the rounds.
-fn regret_panel(report: &crate::recommend::benchmark::BanditBenchReport) -> crate::plot::Panel {
+fn regret_panel(report: &BanditBenchReport) -> crate::plot::Panel {
     crate::plot::Panel {
         title: format!(
             "bench bandit, seed {}: cumulative regret vs the oracle (true acceptance)",

@@ -99,6 +99,22 @@ fn print_tables(config: &BanditConfig, curves: &[Curve], findings: &Findings, ta
         config.first_seed,
         config.first_seed + config.seeds - 1
     );
+    print_metric_tables(config, curves, table_every);
+    print_equal_kl(config.k, curves, findings);
+    print_claims(config.k, curves, findings);
+}
+
+/// A header line: `first`, then each curve's label.
+fn header(first: &str, curves: &[Curve]) -> String {
+    let mut line = format!("{first:>8}");
+    for curve in curves {
+        line.push_str(&format!(" {:>20}", curve.label));
+    }
+    line
+}
+
+/// One table per exact metric: every `table_every` steps (and the last), each curve's value.
+fn print_metric_tables(config: &BanditConfig, curves: &[Curve], table_every: usize) {
     let k = config.k;
     type Metric = fn(&Point) -> f64;
     let metrics: [(String, Metric); 3] = [
@@ -108,17 +124,10 @@ fn print_tables(config: &BanditConfig, curves: &[Curve], findings: &Findings, ta
         }),
         ("KL(π ‖ π₀)".to_owned(), |p| p.kl),
     ];
-    let header = |first: &str| {
-        let mut line = format!("{first:>8}");
-        for curve in curves {
-            line.push_str(&format!(" {:>20}", curve.label));
-        }
-        line
-    };
     for (title, value) in &metrics {
         println!();
         println!("{title}");
-        println!("{}", header("step"));
+        println!("{}", header("step", curves));
         for (index, point) in curves[0].points.iter().enumerate() {
             if point.step % table_every != 0 && point.step != config.steps {
                 continue;
@@ -130,11 +139,15 @@ fn print_tables(config: &BanditConfig, curves: &[Curve], findings: &Findings, ta
             println!("{line}");
         }
     }
+}
+
+/// Each curve's pass@k at the common KL levels.
+fn print_equal_kl(k: usize, curves: &[Curve], findings: &Findings) {
     println!();
     println!(
         "pass@{k} at equal KL (read off every step, interpolated between consecutive ones; - = never reached)"
     );
-    println!("{}", header("KL"));
+    println!("{}", header("KL", curves));
     for level in &findings.equal_kl {
         let mut line = format!("{:>8.2}", level.kl);
         for value in &level.pass_at_k {
@@ -145,6 +158,10 @@ fn print_tables(config: &BanditConfig, curves: &[Curve], findings: &Findings, ta
         }
         println!("{line}");
     }
+}
+
+/// The paper's two claims, checked.
+fn print_claims(k: usize, curves: &[Curve], findings: &Findings) {
     println!();
     let yes = |b: bool| if b { "yes" } else { "NO" };
     let early: Vec<String> = curves

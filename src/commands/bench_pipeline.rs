@@ -13,18 +13,14 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::candidates::CandidateIndex;
-use crate::clustering::ClusterModel;
 use crate::plot::{Panel, Series, write_png};
+use crate::recommend::bench_data;
 use crate::recommend::pipeline_bench::{
-    ArmKind, ModelMenu, OrgData, PipelineConfig, PipelineReport, ReasonPicks, run as run_bench,
-    warm_start,
+    ArmKind, ModelMenu, OrgData, PipelineConfig, PipelineReport, PipelineWarmStart, ReasonPicks,
+    run as run_bench, warm_start,
 };
-use crate::recommend::service::WARM_START_DECISIONS;
-use crate::recommend::warm_start::LoggedDecision;
 use crate::rft::model_candidates::read_candidate_lines;
 use crate::storage::Database;
-use crate::storage::export_rows::warm_start_rows;
 use crate::world::{Environment, World, WorldParams};
 
 /// Most model arms in one run.
@@ -91,17 +87,22 @@ fn parse_arms(specs: &[String]) -> anyhow::Result<Vec<(String, PathBuf)>> {
     Ok(arms)
 }
 
-/// Runs `arc-rec bench pipeline`.
-pub async fn run(args: &BenchPipelineArgs, database: &Database) -> anyhow::Result<()> {
-    let arms = parse_arms(&args.arms)?;
+/// Each arm's model candidates, read from its file.
+fn read_menus(arms: &[(String, PathBuf)]) -> anyhow::Result<Vec<ModelMenu>> {
     let mut menus = Vec::with_capacity(arms.len());
-    for (name, file) in &arms {
+    for (name, file) in arms {
         let candidates = read_candidate_lines(file).with_context(|| format!("--arm {name}"))?;
         menus.push(ModelMenu {
             name: name.clone(),
             candidates: candidates.into_iter().collect(),
         });
     }
+    Ok(menus)
+}
+
+/// Runs `arc-rec bench pipeline`.
+pub async fn run(args: &BenchPipelineArgs, database: &Database) -> anyhow::Result<()> {
+    let menus = read_menus(&parse_arms(&args.arms)?)?;
     let world = World::new(WorldParams {
         seed: args.world_seed,
         outcomes: args.world_outcomes,
@@ -120,49 +121,12 @@ pub async fn run(args: &BenchPipelineArgs, database: &Database) -> anyhow::Resul
             args.world_outcomes
         );
     }
-    let mut orgs = HashMap::new();
-    for org in &orgs_of_world {
-        let index = CandidateIndex::load(pool, org).await?;
-        let clusters = crate::storage::clusters::load_model(pool, org)
-            .await?
-            .map(ClusterModel::from_stored)
-            .transpose()
-            .with_context(|| format!("the clustering model of {org}"))?;
-        orgs.insert(org.clone(), OrgData { index, clusters });
-    }
-    for menu in &menus {
-        let strangers: Vec<&str> = menu
-            .candidates
-            .keys()
-            .filter(|org| !orgs.contains_key(*org))
-            .map(String::as_str)
-            .collect();
-        if !strangers.is_empty() {
-            eprintln!(
-                "--arm {}: candidates of organization(s) {} outside world {} are not used",
-                menu.name,
-                strangers.join(", "),
-                args.world_seed
-            );
-        }
-    }
+    let orgs = bench_data::org_data(pool, &orgs_of_world).await?;
+    warn_of_strangers(&menus, &orgs, args.world_seed);
     let warm_start = if args.no_warm_start {
         None
     } else {
-        // As a learner reads an organization's log (`recommend::service`).
-        let mut logged = Vec::new();
-        for org in &orgs_of_world {
-            let rows = warm_start_rows(pool, org, WARM_START_DECISIONS)
-                .await
-                .with_context(|| format!("the logged decisions of {org}"))?;
-            logged.extend(rows.into_iter().map(LoggedDecision::of_export_row));
-        }
-        let warm = warm_start(&orgs, &logged);
-        eprintln!(
-            "warm start: {} of {} logged decisions matched to a generated candidate ({} by lever), learned by every bandit arm before round 1",
-            warm.counts.matched, warm.counts.logged, warm.counts.lever_matched
-        );
-        Some(warm)
+        Some(warm_start_from_log(database, &orgs_of_world, &orgs).await?)
     };
     let config = PipelineConfig {
         rounds: usize::try_from(args.rounds)?,
@@ -193,6 +157,45 @@ pub async fn run(args: &BenchPipelineArgs, database: &Database) -> anyhow::Resul
     Ok(())
 }
 
+/// Says which arms hold candidates of organizations outside the world (they go unused).
+fn warn_of_strangers(menus: &[ModelMenu], orgs: &HashMap<String, OrgData>, world_seed: u64) {
+    for menu in menus {
+        let strangers = menu.strangers(orgs);
+        if !strangers.is_empty() {
+            eprintln!(
+                "--arm {}: candidates of organization(s) {} outside world {} are not used",
+                menu.name,
+                strangers.join(", "),
+                world_seed
+            );
+        }
+    }
+}
+
+/// What every bandit arm learns before round 1: the organizations' logged decisions, as a
+/// learner of each reads them at start-up.
+async fn warm_start_from_log(
+    database: &Database,
+    orgs_of_world: &[String],
+    orgs: &HashMap<String, OrgData>,
+) -> anyhow::Result<PipelineWarmStart> {
+    let logged = bench_data::serving_logged_decisions(database.pool(), orgs_of_world).await?;
+    let warm = warm_start(orgs, &logged);
+    eprintln!(
+        "warm start: {} of {} logged decisions matched to a generated candidate ({} by lever), learned by every bandit arm before round 1",
+        warm.counts.matched, warm.counts.logged, warm.counts.lever_matched
+    );
+    Ok(warm)
+}
+
+fn or_dash(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"))
+}
+
+fn signed_or_dash(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:+.3}"))
+}
+
 fn print_table(report: &PipelineReport, seconds: f64) {
     println!(
         "{} rounds (traffic seed {}), {:.1} heuristic candidates per context, {} rounds unplaced; true acceptance of the shown top-1 ({:.0} s)",
@@ -209,16 +212,24 @@ fn print_table(report: &PipelineReport, seconds: f64) {
         ),
         None => println!("no warm start: every bandit arm started from nothing"),
     }
-    let random = report
-        .arms
-        .iter()
-        .find(|a| a.kind == ArmKind::Random)
-        .map_or(f64::NAN, |a| a.last_quarter);
-    let heuristics = report
-        .arms
-        .iter()
-        .find(|a| a.kind == ArmKind::Thompson)
-        .map_or(f64::NAN, |a| a.last_quarter);
+    print_arms(report);
+    print_reasons(report);
+    print_paired(report);
+    print_priced(report);
+}
+
+/// One line per arm: cold start, last quarter, against random and the heuristics-only bandit,
+/// the model's share and picks.
+fn print_arms(report: &PipelineReport) {
+    let last_quarter_of = |kind: ArmKind| {
+        report
+            .arms
+            .iter()
+            .find(|a| a.kind == kind)
+            .map_or(f64::NAN, |a| a.last_quarter)
+    };
+    let random = last_quarter_of(ArmKind::Random);
+    let heuristics = last_quarter_of(ArmKind::Thompson);
     println!(
         "{:<30} {:>10} {:>12} {:>9} {:>9} {:>11} {:>11} {:>11} {:>6}",
         "arm",
@@ -231,7 +242,6 @@ fn print_table(report: &PipelineReport, seconds: f64) {
         "heur. picks",
         "errors"
     );
-    let or_dash = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"));
     for a in &report.arms {
         println!(
             "{:<30} {:>10.3} {:>12.3} {:>9.2} {:>+9.3} {:>11.3} {:>11} {:>11} {:>6}",
@@ -250,79 +260,91 @@ fn print_table(report: &PipelineReport, seconds: f64) {
         "model share / picks: last quarter ({} rounds); vs (a): last quarter minus the heuristics-only bandit's",
         report.last_quarter_rounds
     );
+}
+
+/// Why each arm's model picks were picked, where it made any.
+fn print_reasons(report: &PipelineReport) {
     let reasons: Vec<_> = report
         .arms
         .iter()
         .filter_map(|a| Some((a, a.model_picks_by_reason?)))
         .filter(|(_, by)| by.uniform.picks + by.mean.picks + by.draw.picks > 0)
         .collect();
-    if !reasons.is_empty() {
-        println!(
-            "why the model's last-quarter picks were picked (picks: their acceptance / what they displaced, overrated by):"
-        );
-        let show = |r: ReasonPicks| {
-            format!(
-                "{} ({} / {}, {})",
-                r.picks,
-                or_dash(r.acceptance),
-                or_dash(r.alternative_acceptance),
-                r.overrating
-                    .map_or_else(|| "-".to_owned(), |v| format!("{v:+.3}"))
-            )
-        };
-        for (a, by) in reasons {
-            println!(
-                "  {:<28} mean first {}; draw {}; ε-uniform {}",
-                a.arm,
-                show(by.mean),
-                show(by.draw),
-                show(by.uniform)
-            );
-        }
+    if reasons.is_empty() {
+        return;
     }
+    println!(
+        "why the model's last-quarter picks were picked (picks: their acceptance / what they displaced, overrated by):"
+    );
+    let show = |r: ReasonPicks| {
+        format!(
+            "{} ({} / {}, {})",
+            r.picks,
+            or_dash(r.acceptance),
+            or_dash(r.alternative_acceptance),
+            signed_or_dash(r.overrating)
+        )
+    };
+    for (a, by) in reasons {
+        println!(
+            "  {:<28} mean first {}; draw {}; ε-uniform {}",
+            a.arm,
+            show(by.mean),
+            show(by.draw),
+            show(by.uniform)
+        );
+    }
+}
+
+/// Each arm against the heuristics-only bandit in the same rounds, by its top-1's source.
+fn print_paired(report: &PipelineReport) {
     let paired: Vec<_> = report
         .arms
         .iter()
         .filter_map(|a| Some((a, a.against_heuristics_arm?)))
         .collect();
-    if !paired.is_empty() {
-        println!(
-            "last quarter against (a) in the same rounds, by the source of the arm's top-1 (rounds: mean gain):"
-        );
-        let gain = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:+.3}"));
-        for (a, p) in paired {
-            println!(
-                "  {:<28} model {}: {}; heuristic {}: {}",
-                a.arm,
-                p.model_rounds,
-                gain(p.model_gain),
-                p.heuristic_rounds,
-                gain(p.heuristic_gain)
-            );
-        }
+    if paired.is_empty() {
+        return;
     }
+    println!(
+        "last quarter against (a) in the same rounds, by the source of the arm's top-1 (rounds: mean gain):"
+    );
+    for (a, p) in paired {
+        println!(
+            "  {:<28} model {}: {}; heuristic {}: {}",
+            a.arm,
+            p.model_rounds,
+            signed_or_dash(p.model_gain),
+            p.heuristic_rounds,
+            signed_or_dash(p.heuristic_gain)
+        );
+    }
+}
+
+/// How well each arm's priced ideas' priors told their worth.
+fn print_priced(report: &PipelineReport) {
     let priced: Vec<_> = report
         .arms
         .iter()
         .filter_map(|a| Some((a, a.prior_quality?)))
         .collect();
-    if !priced.is_empty() {
+    if priced.is_empty() {
+        return;
+    }
+    println!(
+        "how the priced ideas' priors told their worth, every round (prior / true acceptance; correlation; pairs ordered right; truth of the prior's first / of the best idea):"
+    );
+    for (a, q) in priced {
         println!(
-            "how the priced ideas' priors told their worth, every round (prior / true acceptance; correlation; pairs ordered right; truth of the prior's first / of the best idea):"
+            "  {:<28} {:.3} / {:.3}; r {}; {}; {:.3} / {:.3}",
+            a.arm,
+            q.mean_prior,
+            q.mean_truth,
+            signed_or_dash(q.correlation),
+            or_dash(q.concordance),
+            q.prior_first_truth,
+            q.best_truth
         );
-        for (a, q) in priced {
-            println!(
-                "  {:<28} {:.3} / {:.3}; r {}; {}; {:.3} / {:.3}",
-                a.arm,
-                q.mean_prior,
-                q.mean_truth,
-                q.correlation
-                    .map_or_else(|| "-".to_owned(), |v| format!("{v:+.3}")),
-                or_dash(q.concordance),
-                q.prior_first_truth,
-                q.best_truth
-            );
-        }
     }
 }
 

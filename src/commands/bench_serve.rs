@@ -7,24 +7,17 @@
 //! scheduled send time). Every 200 includes the durable decision-log write.
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use rand::SeedableRng;
-use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::commands::load::LoadReport;
-use crate::domain::{Candidate, CandidateSource, OrgId, RecommendationType};
+use crate::http_load::LoadReport;
+use crate::recommend::serve_bench::{self, EMBEDDING_DIM, ORG, ServeBench, highest_sustained_rate};
 use crate::storage::Database;
-use crate::world::{Environment, World, WorldParams};
-
-/// The organization the benchmark owns.
-const ORG: &str = "bench-serve";
-/// Dimension of the failure-cluster embeddings the requests carry.
-const EMBEDDING_DIM: usize = 64;
 
 /// Arguments of `arc-rec bench serve`.
 #[derive(Debug, Args)]
@@ -53,22 +46,47 @@ pub struct BenchServeArgs {
     pub latency_dir: Option<std::path::PathBuf>,
 }
 
-#[derive(Debug, Serialize)]
-struct ServeBench {
-    candidates_per_request: usize,
-    embedding_dim: usize,
-    rates: Vec<LoadReport>,
-    /// Highest rate completed at ≥ `sustained_share` of its target with < 1% errors.
-    highest_sustained_rate: Option<u32>,
-    server_peak_rss_mb: f64,
-}
-
 /// Runs the benchmark.
 pub async fn run(args: &BenchServeArgs, database: &Database) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the arc-rec binary")?;
+    let key = prepare_org(&exe, database).await?;
+    // Measure the steady state, not the tail of the load: a fresh cluster would otherwise vacuum
+    // and checkpoint the history during the first rate (measured: 1,801 errors at 1,000/s).
+    database.settle_after_bulk_load().await?;
+    let bodies = serve_bench::request_bodies(500)?;
+    let file = tempfile::NamedTempFile::new()?;
+    write_bodies(&file, &bodies)?;
+
+    let mut server = start_server(&exe, database, args.workers)?;
+    let ranked = probe(server.port, &key, &bodies[0], database).await?;
+    if let Some(dir) = &args.latency_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let reports = drive_rates(args, &exe, server.port, file.path(), &key).await?;
+    let peak = server.peak_rss_mb();
+    server.stop();
+
+    let result = ServeBench {
+        candidates_per_request: ranked,
+        embedding_dim: EMBEDDING_DIM,
+        highest_sustained_rate: highest_sustained_rate(&reports, args.sustained_share),
+        rates: reports,
+        server_peak_rss_mb: peak,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&result)?);
+    } else {
+        print_table(&result);
+    }
+    Ok(())
+}
+
+/// Gives the benchmark's organization a simulated history with embeddings (`arc-rec simulate`),
+/// its clusters (`arc-rec cluster`), the model candidates and a platform key; returns the key.
+async fn prepare_org(exe: &Path, database: &Database) -> anyhow::Result<String> {
     let url = database.libpq_url().to_owned();
     let child = |args: &[&str]| -> anyhow::Result<()> {
-        let output = Command::new(&exe)
+        let output = Command::new(exe)
             .args(args)
             .env("DATABASE_URL", &url)
             .output()?;
@@ -93,46 +111,27 @@ pub async fn run(args: &BenchServeArgs, database: &Database) -> anyhow::Result<(
         &dim,
     ])?;
     child(&["cluster", "--org", ORG])?;
-    crate::storage::candidate_stats::save_model_candidates(
-        database.pool(),
-        ORG,
-        "bench-model",
-        "random-candidates",
-        None,
-        &model_candidates(),
-    )
-    .await?;
-    let org = OrgId::parse(ORG).map_err(anyhow::Error::msg)?;
-    let key = crate::auth::create_key(
-        database.pool(),
-        &org,
-        crate::auth::Role::Platform,
-        Some("bench serve"),
-        Default::default(),
-    )
-    .await?;
+    Ok(serve_bench::add_model_candidates_and_key(database.pool()).await?)
+}
 
-    // Measure the steady state, not the tail of the load: a fresh cluster would otherwise vacuum
-    // and checkpoint the history during the first rate (measured: 1,801 errors at 1,000/s).
-    database.settle_after_bulk_load().await?;
+/// Writes the request bodies as JSON lines.
+fn write_bodies(file: &tempfile::NamedTempFile, bodies: &[String]) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(file.as_file());
+    for body in bodies {
+        writeln!(out, "{body}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
 
-    let bodies = tempfile::NamedTempFile::new()?;
-    write_bodies(&bodies, 500)?;
-
-    let mut server = start_server(&exe, database, args.workers)?;
-    let port = server.port;
-    let probe = reqwest::Client::new();
-    let first: Value = probe
+/// Sends one request and checks the server recommended and logged it; returns how many
+/// candidates it ranked.
+async fn probe(port: u16, key: &str, body: &str, database: &Database) -> anyhow::Result<usize> {
+    let first: Value = reqwest::Client::new()
         .post(format!("http://127.0.0.1:{port}/v1/recommendations"))
-        .bearer_auth(&key.token)
+        .bearer_auth(key)
         .header("content-type", "application/json")
-        .body(
-            std::fs::read_to_string(bodies.path())?
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_owned(),
-        )
+        .body(body.to_owned())
         .send()
         .await?
         .json()
@@ -146,19 +145,21 @@ pub async fn run(args: &BenchServeArgs, database: &Database) -> anyhow::Result<(
         .unwrap_or_default()
         .parse()
         .context("no event id")?;
-    let (binary, json) =
-        crate::storage::decisions::stored_candidate_set(database.pool(), ORG, event_id)
-            .await?
-            .context("the first decision was not logged")?;
-    let ranked = crate::recommend::candidate_log::decode_stored(binary.as_deref(), json)?.len();
+    Ok(serve_bench::candidates_ranked(database.pool(), event_id).await?)
+}
 
-    if let Some(dir) = &args.latency_dir {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
+/// Drives each rate in turn with `arc-rec bench load` in a process of its own, a second apart.
+async fn drive_rates(
+    args: &BenchServeArgs,
+    exe: &Path,
+    port: u16,
+    bodies: &Path,
+    key: &str,
+) -> anyhow::Result<Vec<LoadReport>> {
     let mut reports = Vec::new();
     for (n, &rate) in args.rates.iter().enumerate() {
         eprintln!("driving {rate} requests/s for {} s...", args.duration);
-        let mut load = Command::new(&exe);
+        let mut load = Command::new(exe);
         load.args([
             "bench",
             "load",
@@ -171,14 +172,14 @@ pub async fn run(args: &BenchServeArgs, database: &Database) -> anyhow::Result<(
         }
         let output = load
             .arg("--bodies")
-            .arg(bodies.path())
+            .arg(bodies)
             .args([
                 "--rate",
                 &rate.to_string(),
                 "--duration",
                 &args.duration.to_string(),
             ])
-            .env("ARC_REC_LOAD_KEY", &key.token)
+            .env("ARC_REC_LOAD_KEY", key)
             .output()
             .context("cannot run the load generator")?;
         anyhow::ensure!(
@@ -191,28 +192,10 @@ pub async fn run(args: &BenchServeArgs, database: &Database) -> anyhow::Result<(
         reports.push(report);
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let peak = server.peak_rss_mb();
-    server.stop();
+    Ok(reports)
+}
 
-    let sustained = reports
-        .iter()
-        .filter(|r| {
-            r.achieved_rate >= args.sustained_share * f64::from(r.target_rate)
-                && (r.errors as f64) < 0.01 * r.sent.max(1) as f64
-        })
-        .map(|r| r.target_rate)
-        .max();
-    let result = ServeBench {
-        candidates_per_request: ranked,
-        embedding_dim: EMBEDDING_DIM,
-        rates: reports,
-        highest_sustained_rate: sustained,
-        server_peak_rss_mb: peak,
-    };
-    if args.json {
-        println!("{}", serde_json::to_string(&result)?);
-        return Ok(());
-    }
+fn print_table(result: &ServeBench) {
     println!(
         "POST /v1/recommendations: {} candidates ranked, {EMBEDDING_DIM}-dim embedding, decision logged durably",
         result.candidates_per_request
@@ -240,87 +223,6 @@ pub async fn run(args: &BenchServeArgs, database: &Database) -> anyhow::Result<(
     }
     println!("server peak RSS: {:.1} MB", result.server_peak_rss_mb);
     println!("goal: p99 <= 10 ms at 1000 requests/s");
-    Ok(())
-}
-
-/// Recommender-model candidates: many distinct valid changes, so the candidate set is full.
-fn model_candidates() -> Vec<Candidate> {
-    let mut diffs: Vec<(RecommendationType, Value)> = Vec::new();
-    for t in 0..=12 {
-        diffs.push((
-            RecommendationType::Temperature,
-            json!({"temperature": f64::from(t) * 0.1}),
-        ));
-    }
-    for attempts in 2..=8 {
-        for backoff in [1, 2, 5] {
-            diffs.push((
-                RecommendationType::RetryPolicy,
-                json!({"retry": {"max_attempts": attempts, "backoff_s": backoff}}),
-            ));
-        }
-    }
-    for timeout in [20, 45, 60, 90, 120, 180, 240, 300] {
-        diffs.push((
-            RecommendationType::TimeoutAdjustment,
-            json!({"timeout_s": timeout}),
-        ));
-    }
-    for model in [
-        "anthropic/claude-3-haiku",
-        "google/gemini-1.5-flash",
-        "mistral/mistral-large",
-        "deepseek/deepseek-v3",
-        "meta/llama-3.1-70b",
-    ] {
-        diffs.push((RecommendationType::ModelSwitch, json!({"model": model})));
-    }
-    diffs
-        .into_iter()
-        .map(|(kind, diff)| Candidate {
-            candidate_id: Candidate::id_for(kind, &diff),
-            description: format!("Model suggestion: {diff}"),
-            recommendation_type: kind,
-            diff,
-            expected_reliability_delta: 0.05,
-            expected_cost_delta_usd: 0.0,
-            evidence_count: 3,
-            source: CandidateSource::Model {
-                model_version_id: "bench-model".to_owned(),
-                prior: None,
-            },
-        })
-        .collect()
-}
-
-/// Request bodies from the world's contexts, with 64-dimensional embeddings.
-fn write_bodies(file: &tempfile::NamedTempFile, n: usize) -> anyhow::Result<()> {
-    let world = World::new(WorldParams {
-        seed: 1,
-        outcomes: 0,
-        orgs: vec![ORG.to_owned()],
-        embedding_dim: Some(EMBEDDING_DIM),
-        ..WorldParams::default()
-    })?;
-    let environment = Environment::new(&world);
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-    let mut out = std::io::BufWriter::new(file.as_file());
-    for _ in 0..n {
-        let ctx = environment.next_context(&mut rng);
-        let embedding = ctx
-            .embedding
-            .clone()
-            .unwrap_or_else(|| vec![0.1; EMBEDDING_DIM]);
-        let body = json!({
-            "failure_context": {"failure_cluster_embedding": embedding, "failures": ctx.failures},
-            "current_config": ctx.current_config,
-            "user_context": {"user_role": ctx.user.role, "domain": ctx.user.domain},
-            "k": 3,
-        });
-        writeln!(out, "{body}")?;
-    }
-    out.flush()?;
-    Ok(())
 }
 
 struct ServerProcess {
@@ -329,7 +231,7 @@ struct ServerProcess {
 }
 
 fn start_server(
-    exe: &std::path::Path,
+    exe: &Path,
     database: &Database,
     workers: Option<usize>,
 ) -> anyhow::Result<ServerProcess> {

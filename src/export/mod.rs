@@ -6,6 +6,7 @@
 //! and a deterministic train/validation split. Rows stream from a server-side cursor into a
 //! temporary file that is renamed over the target only when complete.
 
+pub mod bench;
 pub mod example;
 pub mod rewards;
 pub mod tokenizer_corpus;

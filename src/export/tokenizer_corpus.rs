@@ -30,7 +30,9 @@ pub fn tokenizer_corpus(seed: u64, outcomes: usize) -> Result<Vec<String>, World
         let org = record.org.as_str().to_owned();
         match record.data {
             RecordData::User(user) => {
-                history.users.insert(user.user_id, (user.user_role, user.domain));
+                history
+                    .users
+                    .insert(user.user_id, (user.user_role, user.domain));
             }
             RecordData::Configuration(configuration) => {
                 if let Some(user) = configuration.user_id {
@@ -38,14 +40,16 @@ pub fn tokenizer_corpus(seed: u64, outcomes: usize) -> Result<Vec<String>, World
                 }
             }
             RecordData::ConfigVersion(version) => {
-                history.version_configs.insert(version.version_id, version.parsed_config);
+                history
+                    .version_configs
+                    .insert(version.version_id, version.parsed_config);
             }
             RecordData::Simulation(simulation) => {
                 history
                     .simulation_versions
                     .insert(simulation.simulation_id, simulation.config_version_id);
             }
-            RecordData::Outcome(outcome) => history.add_outcome(outcome),
+            RecordData::Outcome(outcome) => history.add_outcome(*outcome),
             RecordData::FailurePattern(pattern) => history.add_failure_pattern(pattern),
             RecordData::ConfigDiff(diff) => {
                 if let Some(example) = history.example_of(org, diff) {
@@ -243,5 +247,4 @@ mod tests {
             "no failure summaries"
         );
     }
-
 }

@@ -334,6 +334,50 @@ struct Runner {
     rank_time: Duration,
 }
 
+/// One round as every policy sees it: the world's context, what arc-rec is shown of it, and the
+/// candidate list arc-rec prepared (the diffs in its order).
+struct Round {
+    number: usize,
+    ctx: Context,
+    input: RecommendInput,
+    prepared: super::engine::Prepared,
+    diffs: Vec<Value>,
+}
+
+impl Round {
+    fn new(number: usize, ctx: Context, index: &CandidateIndex) -> Self {
+        let input = input_of(&ctx);
+        let prepared = prepare(index, &input);
+        let diffs = prepared
+            .candidates
+            .iter()
+            .map(|(c, _)| c.diff.clone())
+            .collect();
+        Self {
+            number,
+            ctx,
+            input,
+            prepared,
+            diffs,
+        }
+    }
+}
+
+/// A policy's pick: the diff it showed (`None`: nothing) and, for Thompson sampling, the
+/// features (z, c) it ranked it with, which its answer teaches.
+type Pick = (Option<Value>, Option<(Vec<f64>, Vec<f64>)>);
+
+/// What the rounds add up beside the runners' own records.
+#[derive(Default)]
+struct Tally {
+    /// Candidates over all rounds (for the mean list length).
+    candidates: usize,
+    /// Rounds in which a peer scored another list than arc-rec's.
+    peer_list_mismatches: usize,
+    /// Answers not yet delivered to the peers.
+    peer_feedback: Vec<PeerFeedback>,
+}
+
 /// Runs the benchmark; `indexes` holds each organization's candidate statistics; `peers`, when
 /// given, rank every round's list beside arc-rec's policies.
 pub fn run(
@@ -342,53 +386,64 @@ pub fn run(
     config: &BanditBenchConfig,
     mut peers: Option<&mut dyn PeerPolicies>,
 ) -> Result<BanditBenchReport, BanditBenchError> {
+    let peer_names = peers.as_ref().map(|p| p.names()).unwrap_or_default();
+    let mut runners = runners(config, &peer_names)?;
+    if let (Some(peers), Some(warm)) = (peers.as_deref_mut(), &config.warm_start) {
+        peers.warm(&warm.peers).map_err(BanditBenchError::Peers)?;
+    }
+    let mut tally = Tally::default();
+    let mut contexts = ChaCha8Rng::seed_from_u64(config.seed);
+    for number in 0..config.rounds {
+        let ctx = environment.next_context(&mut contexts);
+        let Some(index) = indexes.get(&ctx.org) else {
+            continue;
+        };
+        let round = Round::new(number, ctx, index);
+        tally.candidates += round.diffs.len();
+        let peer_choices = ask_peers(peers.as_deref_mut(), &round, &peer_names, &mut tally)?;
+        for r in &mut runners {
+            play(r, environment, &round, &peer_choices, config, &mut tally)?;
+        }
+        // The peers learn in the same batches as arc-rec's policies.
+        if let Some(peers) = peers.as_deref_mut()
+            && tally.peer_feedback.len() >= config.feedback_batch * peer_names.len().max(1)
+        {
+            peers
+                .learn(&tally.peer_feedback)
+                .map_err(BanditBenchError::Peers)?;
+            tally.peer_feedback.clear();
+        }
+    }
+    let peer_seconds = match peers {
+        Some(peers) => peers.seconds().map_err(BanditBenchError::Peers)?,
+        None => HashMap::new(),
+    };
+    Ok(summarize(&runners, config, &peer_seconds, &tally))
+}
+
+/// Every policy of a run, each with its own random stream: the Thompson variants, the three
+/// baselines, the peers and, last, full information.
+fn runners(
+    config: &BanditBenchConfig,
+    peer_names: &[String],
+) -> Result<Vec<Runner>, BanditBenchError> {
+    let seed = config.policy_seed;
     let mut runners = Vec::new();
     for (i, (name, policy_config)) in config.thompson.iter().enumerate() {
-        let mut policy =
-            ThompsonPolicy::new(layout(), *policy_config).map_err(RecommendError::from)?;
-        if let Some(warm) = &config.warm_start {
-            policy
-                .rebuild(&warm.observations(policy_config)?, 0.0)
-                .map_err(RecommendError::from)?;
-        }
-        policy.refresh_bank_seeded(config.policy_seed ^ 0x5eed);
-        runners.push(runner(
-            name,
-            Strategy::Thompson {
-                policy: Box::new(policy),
-                pending: vec![],
-            },
-            config.policy_seed,
-            i,
-        ));
+        let strategy = thompson(config, policy_config)?;
+        runners.push(runner(name, strategy, seed, i));
     }
     let base = runners.len();
-    runners.push(runner(
-        "uniform random",
-        Strategy::Random,
-        config.policy_seed,
-        base,
-    ));
-    runners.push(runner(
-        "heuristic order",
-        Strategy::Heuristic,
-        config.policy_seed,
-        base + 1,
-    ));
-    runners.push(runner(
-        "oracle",
-        Strategy::Oracle,
-        config.policy_seed,
-        base + 2,
-    ));
-    let peer_names = peers.as_ref().map(|p| p.names()).unwrap_or_default();
+    let baselines = [
+        ("uniform random", Strategy::Random),
+        ("heuristic order", Strategy::Heuristic),
+        ("oracle", Strategy::Oracle),
+    ];
+    for (i, (name, strategy)) in baselines.into_iter().enumerate() {
+        runners.push(runner(name, strategy, seed, base + i));
+    }
     for (i, name) in peer_names.iter().enumerate() {
-        runners.push(runner(
-            name,
-            Strategy::Peer,
-            config.policy_seed,
-            base + 3 + i,
-        ));
+        runners.push(runner(name, Strategy::Peer, seed, base + 3 + i));
     }
     if config.full_information {
         // After every other runner, so their random streams stay those of a run without it.
@@ -404,205 +459,235 @@ pub fn run(
         runners.push(runner(
             "full information (linear)",
             Strategy::FullInformation(Box::new(policy)),
-            config.policy_seed,
+            seed,
             i,
         ));
     }
-    if let (Some(peers), Some(warm)) = (peers.as_deref_mut(), &config.warm_start) {
-        peers.warm(&warm.peers).map_err(BanditBenchError::Peers)?;
-    }
-    let mut peer_feedback: Vec<PeerFeedback> = Vec::new();
-    let mut peer_list_mismatches = 0usize;
+    Ok(runners)
+}
 
-    let mut contexts = ChaCha8Rng::seed_from_u64(config.seed);
-    let mut candidate_total = 0usize;
-    for round in 0..config.rounds {
-        let ctx = environment.next_context(&mut contexts);
-        let Some(index) = indexes.get(&ctx.org) else {
-            continue;
-        };
-        let input = input_of(&ctx);
-        let prepared = prepare(index, &input);
-        let diffs: Vec<_> = prepared
-            .candidates
+/// A Thompson-sampling policy with `policy_config`, warm-started when the run is, its posterior
+/// draws seeded from the policy seed.
+fn thompson(
+    config: &BanditBenchConfig,
+    policy_config: &PolicyConfig,
+) -> Result<Strategy, BanditBenchError> {
+    let mut policy = ThompsonPolicy::new(layout(), *policy_config).map_err(RecommendError::from)?;
+    if let Some(warm) = &config.warm_start {
+        policy
+            .rebuild(&warm.observations(policy_config)?, 0.0)
+            .map_err(RecommendError::from)?;
+    }
+    policy.refresh_bank_seeded(config.policy_seed ^ 0x5eed);
+    Ok(Strategy::Thompson {
+        policy: Box::new(policy),
+        pending: vec![],
+    })
+}
+
+/// The peers' picks for a round with candidates (none without peers or candidates), counting
+/// the round in [`Tally::peer_list_mismatches`] when a peer scored another list.
+fn ask_peers(
+    peers: Option<&mut (dyn PeerPolicies + '_)>,
+    round: &Round,
+    peer_names: &[String],
+    tally: &mut Tally,
+) -> Result<Vec<PeerChoice>, BanditBenchError> {
+    let Some(peers) = peers.filter(|_| !round.diffs.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let request = peer_round(round.number, &round.input, &round.prepared);
+    let choices = peers.choose(&request).map_err(BanditBenchError::Peers)?;
+    let keys: Vec<&str> = request.candidates.iter().map(|c| c.key.as_str()).collect();
+    if choices.len() != peer_names.len()
+        || choices
             .iter()
-            .map(|(c, _)| c.diff.clone())
-            .collect();
-        candidate_total += diffs.len();
-        let peer_choices = match peers.as_deref_mut() {
-            Some(peers) if !diffs.is_empty() => {
-                let request = peer_round(round, &input, &prepared);
-                let choices = peers.choose(&request).map_err(BanditBenchError::Peers)?;
-                let keys: Vec<&str> = request.candidates.iter().map(|c| c.key.as_str()).collect();
-                if choices.len() != peer_names.len()
-                    || choices
-                        .iter()
-                        .any(|c| c.seen != keys || c.index >= keys.len())
-                {
-                    peer_list_mismatches += 1;
-                }
-                choices
-            }
-            _ => Vec::new(),
-        };
-        for r in &mut runners {
-            let started = Instant::now();
-            // A peer's pick, found once: it chooses the diff and is what its answer refers to.
-            let peer_pick = match r.strategy {
-                Strategy::Peer => peer_choices.iter().find(|c| c.policy == r.name),
-                _ => None,
-            };
-            let (choice, features) = match &mut r.strategy {
-                Strategy::Thompson { policy, .. } => {
-                    let output = rank(
-                        policy,
-                        prepared.clone(),
-                        input.k,
-                        r.rng.random(),
-                        &Evidence::default(),
-                    )?;
-                    match output.shown.into_iter().next() {
-                        Some(shown) => (
-                            Some(shown.candidate.diff),
-                            Some((output.context, shown.features)),
-                        ),
-                        None => (None, None),
-                    }
-                }
-                Strategy::Random if !diffs.is_empty() => (
-                    Some(diffs[r.rng.random_range(0..diffs.len())].clone()),
-                    None,
+            .any(|c| c.seen != keys || c.index >= keys.len())
+    {
+        tally.peer_list_mismatches += 1;
+    }
+    Ok(choices)
+}
+
+/// One policy's turn in a round: it picks (timed), the world answers, and it learns (a peer's
+/// answer waits in the tally for the peers' next batch).
+fn play(
+    r: &mut Runner,
+    environment: &Environment,
+    round: &Round,
+    peer_choices: &[PeerChoice],
+    config: &BanditBenchConfig,
+    tally: &mut Tally,
+) -> Result<(), BanditBenchError> {
+    let started = Instant::now();
+    // A peer's pick, found once: it chooses the diff and is what its answer refers to.
+    let peer_pick = match r.strategy {
+        Strategy::Peer => peer_choices.iter().find(|c| c.policy == r.name),
+        _ => None,
+    };
+    let (choice, features) = choose(r, environment, round, peer_pick)?;
+    r.rank_time += started.elapsed();
+    let Some(diff) = choice else {
+        r.accepted.push(false);
+        r.gains.push(0.0);
+        r.truth.push(0.0);
+        return Ok(());
+    };
+    r.truth
+        .push(environment.acceptance_probability(&round.ctx, &diff));
+    let feedback = environment.feedback(&round.ctx, &diff, &mut r.rng);
+    r.accepted.push(feedback.accepted);
+    r.gains.push(if feedback.accepted {
+        feedback.reliability_delta
+    } else {
+        0.0
+    });
+    if let Some(choice) = peer_pick {
+        tally.peer_feedback.push(PeerFeedback {
+            round: round.number,
+            policy: r.name.clone(),
+            index: choice.index,
+            accepted: feedback.accepted,
+        });
+    }
+    learn(r, environment, round, features, feedback.accepted, config)
+}
+
+/// What a policy shows of the round's list.
+fn choose(
+    r: &mut Runner,
+    environment: &Environment,
+    round: &Round,
+    peer_pick: Option<&PeerChoice>,
+) -> Result<Pick, BanditBenchError> {
+    let diffs = &round.diffs;
+    Ok(match &mut r.strategy {
+        Strategy::Thompson { policy, .. } => {
+            let output = rank(
+                policy,
+                round.prepared.clone(),
+                round.input.k,
+                r.rng.random(),
+                &Evidence::default(),
+            )?;
+            match output.shown.into_iter().next() {
+                Some(shown) => (
+                    Some(shown.candidate.diff),
+                    Some((output.context, shown.features)),
                 ),
-                // Candidates come sorted by expected reliability gain.
-                Strategy::Heuristic => (diffs.first().cloned(), None),
-                Strategy::Oracle => (
-                    environment.best_of(&ctx, &diffs).map(|i| diffs[i].clone()),
-                    None,
-                ),
-                Strategy::Random => (None, None),
-                Strategy::FullInformation(policy) => {
-                    let mut best: Option<(usize, f64)> = None;
-                    for (i, (_, c)) in prepared.candidates.iter().enumerate() {
-                        let score = policy
-                            .mean_score(&prepared.context, c)
-                            .map_err(RecommendError::from)?;
-                        if best.is_none_or(|(_, top)| score > top) {
-                            best = Some((i, score));
-                        }
-                    }
-                    (best.map(|(i, _)| diffs[i].clone()), None)
-                }
-                Strategy::Peer => (peer_pick.and_then(|c| diffs.get(c.index).cloned()), None),
-            };
-            r.rank_time += started.elapsed();
-            let Some(diff) = choice else {
-                r.accepted.push(false);
-                r.gains.push(0.0);
-                r.truth.push(0.0);
-                continue;
-            };
-            r.truth
-                .push(environment.acceptance_probability(&ctx, &diff));
-            let feedback = environment.feedback(&ctx, &diff, &mut r.rng);
-            r.accepted.push(feedback.accepted);
-            r.gains.push(if feedback.accepted {
-                feedback.reliability_delta
-            } else {
-                0.0
-            });
-            if let Some(choice) = peer_pick {
-                peer_feedback.push(PeerFeedback {
-                    round,
-                    policy: r.name.clone(),
-                    index: choice.index,
-                    accepted: feedback.accepted,
-                });
+                None => (None, None),
             }
-            if let Strategy::FullInformation(policy) = &mut r.strategy {
-                for (i, (candidate, c)) in prepared.candidates.iter().enumerate() {
-                    let observation = Observation {
-                        id: format!("{round}/{i}"),
-                        timestamp_s: round as f64 * 60.0,
-                        context: prepared.context.clone(),
-                        candidate: c.clone(),
-                        reward: environment.acceptance_probability(&ctx, &candidate.diff),
-                    };
+        }
+        Strategy::Random if !diffs.is_empty() => (
+            Some(diffs[r.rng.random_range(0..diffs.len())].clone()),
+            None,
+        ),
+        // Candidates come sorted by expected reliability gain.
+        Strategy::Heuristic => (diffs.first().cloned(), None),
+        Strategy::Oracle => (
+            environment
+                .best_of(&round.ctx, diffs)
+                .map(|i| diffs[i].clone()),
+            None,
+        ),
+        Strategy::Random => (None, None),
+        Strategy::FullInformation(policy) => (
+            best_by_mean(policy, &round.prepared)?.map(|i| diffs[i].clone()),
+            None,
+        ),
+        Strategy::Peer => (peer_pick.and_then(|c| diffs.get(c.index).cloned()), None),
+    })
+}
+
+/// The candidate of `prepared` with the highest posterior mean (the first of equals).
+fn best_by_mean(
+    policy: &ThompsonPolicy,
+    prepared: &super::engine::Prepared,
+) -> Result<Option<usize>, BanditBenchError> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, (_, c)) in prepared.candidates.iter().enumerate() {
+        let score = policy
+            .mean_score(&prepared.context, c)
+            .map_err(RecommendError::from)?;
+        if best.is_none_or(|(_, top)| score > top) {
+            best = Some((i, score));
+        }
+    }
+    Ok(best.map(|(i, _)| i))
+}
+
+/// What a policy learns from the round: full information every candidate's true acceptance,
+/// Thompson sampling its answer (applied, and its draws refreshed, once a batch is full).
+fn learn(
+    r: &mut Runner,
+    environment: &Environment,
+    round: &Round,
+    features: Option<(Vec<f64>, Vec<f64>)>,
+    accepted: bool,
+    config: &BanditBenchConfig,
+) -> Result<(), BanditBenchError> {
+    let number = round.number;
+    match (&mut r.strategy, features) {
+        (Strategy::FullInformation(policy), _) => {
+            for (i, (candidate, c)) in round.prepared.candidates.iter().enumerate() {
+                let observation = Observation {
+                    id: format!("{number}/{i}"),
+                    timestamp_s: number as f64 * 60.0,
+                    context: round.prepared.context.clone(),
+                    candidate: c.clone(),
+                    reward: environment.acceptance_probability(&round.ctx, &candidate.diff),
+                };
+                policy.update(&observation).map_err(RecommendError::from)?;
+            }
+        }
+        (Strategy::Thompson { policy, pending }, Some((z, c))) => {
+            pending.push(Observation::binary(
+                format!("{number}"),
+                number as f64 * 60.0,
+                z,
+                c,
+                accepted,
+            ));
+            if pending.len() >= config.feedback_batch {
+                for observation in pending.drain(..) {
                     policy.update(&observation).map_err(RecommendError::from)?;
                 }
-            }
-            if let (Strategy::Thompson { policy, pending }, Some((z, c))) =
-                (&mut r.strategy, features)
-            {
-                pending.push(Observation::binary(
-                    format!("{round}"),
-                    round as f64 * 60.0,
-                    z,
-                    c,
-                    feedback.accepted,
-                ));
-                if pending.len() >= config.feedback_batch {
-                    for observation in pending.drain(..) {
-                        policy.update(&observation).map_err(RecommendError::from)?;
-                    }
-                    policy.refresh_bank_seeded(config.policy_seed.wrapping_add(round as u64));
-                }
+                policy.refresh_bank_seeded(config.policy_seed.wrapping_add(number as u64));
             }
         }
-        // The peers learn in the same batches as arc-rec's policies.
-        if let Some(peers) = peers.as_deref_mut()
-            && peer_feedback.len() >= config.feedback_batch * peer_names.len().max(1)
-        {
-            peers
-                .learn(&peer_feedback)
-                .map_err(BanditBenchError::Peers)?;
-            peer_feedback.clear();
-        }
+        _ => {}
     }
-    let peer_seconds = match peers {
-        Some(peers) => peers.seconds().map_err(BanditBenchError::Peers)?,
-        None => HashMap::new(),
+    Ok(())
+}
+
+/// The rounds a report looks at: the last reported ones, the last quarter, the cold start.
+#[derive(Debug, Clone, Copy)]
+struct Windows {
+    last: usize,
+    quarter: usize,
+    cold: usize,
+}
+
+/// The report of the runners after the last round.
+fn summarize(
+    runners: &[Runner],
+    config: &BanditBenchConfig,
+    peer_seconds: &HashMap<String, f64>,
+    tally: &Tally,
+) -> BanditBenchReport {
+    let windows = Windows {
+        last: config.report_last.min(config.rounds),
+        quarter: (config.rounds / 4).max(1),
+        cold: config.cold_start.min(config.rounds),
     };
-    let last = config.report_last.min(config.rounds);
-    let quarter = (config.rounds / 4).max(1);
-    let cold = config.cold_start.min(config.rounds);
     let oracle_truth = runners
         .iter()
         .find(|r| matches!(r.strategy, Strategy::Oracle))
         .map(|r| r.truth.clone())
         .unwrap_or_default();
-    let oracle_last_quarter = mean(tail(&oracle_truth, quarter));
     let policies = runners
         .iter()
-        .map(|r| {
-            let rate = |xs: &[bool]| {
-                mean(
-                    &xs.iter()
-                        .map(|a| f64::from(u8::from(*a)))
-                        .collect::<Vec<_>>(),
-                )
-            };
-            let last_quarter = mean(tail(&r.truth, quarter));
-            let decisions = r.truth.len() as f64;
-            let decisions_per_s = match r.strategy {
-                Strategy::Thompson { .. } => Some(decisions / r.rank_time.as_secs_f64().max(1e-9)),
-                Strategy::Peer => peer_seconds.get(&r.name).map(|s| decisions / s.max(1e-9)),
-                Strategy::Random
-                | Strategy::Heuristic
-                | Strategy::Oracle
-                | Strategy::FullInformation(_) => None,
-            };
-            PolicyResult {
-                policy: r.name.clone(),
-                acceptance_rate: rate(tail(&r.accepted, last)),
-                reliability_gain: mean(tail(&r.gains, last)),
-                acceptance_rate_all: rate(&r.accepted),
-                cold_start_true_acceptance: mean(&r.truth[..cold.min(r.truth.len())]),
-                last_quarter_true_acceptance: last_quarter,
-                last_quarter_oracle_ratio: last_quarter / oracle_last_quarter.max(1e-12),
-                decisions_per_s,
-                regret_curve: regret_curve(&r.truth, &oracle_truth),
-            }
-        })
+        .map(|r| policy_result(r, windows, &oracle_truth, peer_seconds))
         .collect();
     let thompson_decisions_per_s = runners
         .first()
@@ -610,23 +695,61 @@ pub fn run(
         .map_or(0.0, |r| {
             r.accepted.len() as f64 / r.rank_time.as_secs_f64().max(1e-9)
         });
-    Ok(BanditBenchReport {
+    BanditBenchReport {
         rounds: config.rounds,
-        reported_rounds: last,
+        reported_rounds: windows.last,
         seed: config.seed,
         policy_seed: config.policy_seed,
-        mean_candidates: candidate_total as f64 / config.rounds.max(1) as f64,
+        mean_candidates: tally.candidates as f64 / config.rounds.max(1) as f64,
         policies,
         thompson_decisions_per_s,
-        cold_start_rounds: cold,
-        last_quarter_rounds: quarter.min(config.rounds),
-        peer_list_mismatches,
+        cold_start_rounds: windows.cold,
+        last_quarter_rounds: windows.quarter.min(config.rounds),
+        peer_list_mismatches: tally.peer_list_mismatches,
         warm_start: config.warm_start.as_ref().map(|w| WarmStartSummary {
             weight: w.weight,
             by_age: w.by_age,
             counts: w.counts,
         }),
-    })
+    }
+}
+
+/// One runner's results, against the oracle's true acceptance round by round.
+fn policy_result(
+    r: &Runner,
+    windows: Windows,
+    oracle_truth: &[f64],
+    peer_seconds: &HashMap<String, f64>,
+) -> PolicyResult {
+    let rate = |xs: &[bool]| {
+        mean(
+            &xs.iter()
+                .map(|a| f64::from(u8::from(*a)))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let oracle_last_quarter = mean(tail(oracle_truth, windows.quarter));
+    let last_quarter = mean(tail(&r.truth, windows.quarter));
+    let decisions = r.truth.len() as f64;
+    let decisions_per_s = match r.strategy {
+        Strategy::Thompson { .. } => Some(decisions / r.rank_time.as_secs_f64().max(1e-9)),
+        Strategy::Peer => peer_seconds.get(&r.name).map(|s| decisions / s.max(1e-9)),
+        Strategy::Random
+        | Strategy::Heuristic
+        | Strategy::Oracle
+        | Strategy::FullInformation(_) => None,
+    };
+    PolicyResult {
+        policy: r.name.clone(),
+        acceptance_rate: rate(tail(&r.accepted, windows.last)),
+        reliability_gain: mean(tail(&r.gains, windows.last)),
+        acceptance_rate_all: rate(&r.accepted),
+        cold_start_true_acceptance: mean(&r.truth[..windows.cold.min(r.truth.len())]),
+        last_quarter_true_acceptance: last_quarter,
+        last_quarter_oracle_ratio: last_quarter / oracle_last_quarter.max(1e-12),
+        decisions_per_s,
+        regret_curve: regret_curve(&r.truth, oracle_truth),
+    }
 }
 
 /// The last `n` values.

@@ -49,6 +49,18 @@ pub struct ModelMenu {
     pub candidates: HashMap<String, Vec<(Option<String>, Candidate)>>,
 }
 
+impl ModelMenu {
+    /// The organizations the menu has candidates for that `orgs` lacks (their candidates go
+    /// unused).
+    pub fn strangers(&self, orgs: &HashMap<String, OrgData>) -> Vec<&str> {
+        self.candidates
+            .keys()
+            .filter(|org| !orgs.contains_key(*org))
+            .map(String::as_str)
+            .collect()
+    }
+}
+
 /// How to run the bench.
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
@@ -371,54 +383,7 @@ pub fn run(
     menus: &[ModelMenu],
     config: &PipelineConfig,
 ) -> Result<PipelineReport, RecommendError> {
-    let menu_names: Vec<String> = std::iter::once("heuristics".to_owned())
-        .chain(menus.iter().map(|m| format!("heuristics + {}", m.name)))
-        .collect();
-    let mut arms = Vec::new();
-    let mut add = |name: String, kind: ArmKind, menu: usize| -> Result<(), RecommendError> {
-        let policy = match kind {
-            ArmKind::Thompson => {
-                let mut policy = ThompsonPolicy::new(layout(), config.policy)?;
-                if let Some(warm) = &config.warm_start {
-                    policy.rebuild(&warm.observations, 0.0)?;
-                }
-                policy.refresh_bank_seeded(config.seed ^ 0x5eed);
-                Some(Box::new(policy))
-            }
-            ArmKind::Random | ArmKind::Oracle => None,
-        };
-        let stream = arms.len() as u64 + 1;
-        arms.push(Arm {
-            name,
-            kind,
-            menu,
-            policy,
-            pending: Vec::new(),
-            evidence: Evidence::default(),
-            rng: ChaCha8Rng::seed_from_u64(config.seed.wrapping_mul(31).wrapping_add(stream)),
-            truth: Vec::with_capacity(config.rounds),
-            drawn: Vec::with_capacity(config.rounds),
-            from_model: Vec::with_capacity(config.rounds),
-            traces: Vec::with_capacity(config.rounds),
-            errors: 0,
-            model_candidates: 0,
-        });
-        Ok(())
-    };
-    add("random heuristic order".into(), ArmKind::Random, 0)?;
-    add("(a) heuristics".into(), ArmKind::Thompson, 0)?;
-    for (i, menu) in menus.iter().enumerate() {
-        add(format!("+ {}", menu.name), ArmKind::Thompson, i + 1)?;
-    }
-    add("menu oracle: heuristics".into(), ArmKind::Oracle, 0)?;
-    for (i, menu) in menus.iter().enumerate() {
-        add(
-            format!("menu oracle: + {}", menu.name),
-            ArmKind::Oracle,
-            i + 1,
-        )?;
-    }
-
+    let mut arms = arms(menus, config)?;
     let mut contexts = ChaCha8Rng::seed_from_u64(config.seed);
     let (mut heuristic_total, mut unplaced) = (0usize, 0usize);
     // One tally per model menu (menu i + 1 of the prepared ones; the heuristics' has no priors).
@@ -433,15 +398,7 @@ pub fn run(
         heuristic_total += prepared.first().map_or(0, |p| p.candidates.len());
         // Every item's true acceptance in this context, once per menu: the priors' tally, the
         // oracle arms and every arm's pick read it.
-        let truths: Vec<Vec<f64>> = prepared
-            .iter()
-            .map(|menu| {
-                menu.candidates
-                    .iter()
-                    .map(|(c, _)| environment.acceptance_probability(&ctx, &c.diff))
-                    .collect()
-            })
-            .collect();
+        let truths = menu_truths(environment, &ctx, &prepared);
         for ((menu, truth), tally) in prepared.iter().zip(&truths).skip(1).zip(&mut priors) {
             let priced: Vec<(f64, f64)> = menu
                 .candidates
@@ -458,7 +415,108 @@ pub fn run(
             play(arm, environment, &ctx, menu, menu_truths, round, config);
         }
     }
+    let rounds = Rounds {
+        heuristic_total,
+        unplaced,
+    };
+    Ok(report(arms, menus, &priors, rounds, config))
+}
 
+/// Every arm, each with its own random stream: random order, the bandit on each menu, then the
+/// oracle of each menu.
+fn arms(menus: &[ModelMenu], config: &PipelineConfig) -> Result<Vec<Arm>, RecommendError> {
+    let mut specs = vec![
+        ("random heuristic order".to_owned(), ArmKind::Random, 0),
+        ("(a) heuristics".to_owned(), ArmKind::Thompson, 0),
+    ];
+    for (i, menu) in menus.iter().enumerate() {
+        specs.push((format!("+ {}", menu.name), ArmKind::Thompson, i + 1));
+    }
+    specs.push(("menu oracle: heuristics".to_owned(), ArmKind::Oracle, 0));
+    for (i, menu) in menus.iter().enumerate() {
+        specs.push((
+            format!("menu oracle: + {}", menu.name),
+            ArmKind::Oracle,
+            i + 1,
+        ));
+    }
+    specs
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, kind, menu))| new_arm(name, kind, menu, i as u64 + 1, config))
+        .collect()
+}
+
+/// An arm on `menu` drawing from random stream `stream`; a bandit arm starts warm when the run
+/// does.
+fn new_arm(
+    name: String,
+    kind: ArmKind,
+    menu: usize,
+    stream: u64,
+    config: &PipelineConfig,
+) -> Result<Arm, RecommendError> {
+    let policy = match kind {
+        ArmKind::Thompson => {
+            let mut policy = ThompsonPolicy::new(layout(), config.policy)?;
+            if let Some(warm) = &config.warm_start {
+                policy.rebuild(&warm.observations, 0.0)?;
+            }
+            policy.refresh_bank_seeded(config.seed ^ 0x5eed);
+            Some(Box::new(policy))
+        }
+        ArmKind::Random | ArmKind::Oracle => None,
+    };
+    Ok(Arm {
+        name,
+        kind,
+        menu,
+        policy,
+        pending: Vec::new(),
+        evidence: Evidence::default(),
+        rng: ChaCha8Rng::seed_from_u64(config.seed.wrapping_mul(31).wrapping_add(stream)),
+        truth: Vec::with_capacity(config.rounds),
+        drawn: Vec::with_capacity(config.rounds),
+        from_model: Vec::with_capacity(config.rounds),
+        traces: Vec::with_capacity(config.rounds),
+        errors: 0,
+        model_candidates: 0,
+    })
+}
+
+/// Each menu item's true acceptance in `ctx`, menu by menu.
+fn menu_truths(environment: &Environment, ctx: &Context, prepared: &[Prepared]) -> Vec<Vec<f64>> {
+    prepared
+        .iter()
+        .map(|menu| {
+            menu.candidates
+                .iter()
+                .map(|(c, _)| environment.acceptance_probability(ctx, &c.diff))
+                .collect()
+        })
+        .collect()
+}
+
+/// What the rounds counted beside the arms.
+#[derive(Debug, Clone, Copy)]
+struct Rounds {
+    /// Heuristic candidates over all rounds.
+    heuristic_total: usize,
+    /// Rounds whose context could not be placed.
+    unplaced: usize,
+}
+
+/// The report of the arms after the last round.
+fn report(
+    arms: Vec<Arm>,
+    menus: &[ModelMenu],
+    priors: &[PriorTally],
+    rounds: Rounds,
+    config: &PipelineConfig,
+) -> PipelineReport {
+    let menu_names: Vec<String> = std::iter::once("heuristics".to_owned())
+        .chain(menus.iter().map(|m| format!("heuristics + {}", m.name)))
+        .collect();
     let quarter = (config.rounds / 4).max(1).min(config.rounds);
     let cold = config.cold_start.min(config.rounds);
     // (a), the bandit on the heuristics alone: what every model arm is paired with.
@@ -485,16 +543,16 @@ pub fn run(
             )
         })
         .collect();
-    Ok(PipelineReport {
+    PipelineReport {
         rounds: config.rounds,
         seed: config.seed,
         cold_start_rounds: cold,
         last_quarter_rounds: quarter,
-        mean_heuristic_candidates: heuristic_total as f64 / config.rounds.max(1) as f64,
-        unplaced_rounds: unplaced,
+        mean_heuristic_candidates: rounds.heuristic_total as f64 / config.rounds.max(1) as f64,
+        unplaced_rounds: rounds.unplaced,
         warm_start: config.warm_start.as_ref().map(|w| w.counts),
         arms: results,
-    })
+    }
 }
 
 fn is_model(candidate: &Candidate) -> bool {
@@ -551,41 +609,7 @@ fn play(
     round: usize,
     config: &PipelineConfig,
 ) {
-    let items = menu.candidates.len();
-    let mut trace = None;
-    let pick: Option<usize> = match arm.kind {
-        _ if items == 0 => None,
-        ArmKind::Random => Some(arm.rng.random_range(0..items)),
-        ArmKind::Oracle => first_best(truths),
-        ArmKind::Thompson => {
-            let seed = arm.rng.random();
-            let ranked = arm
-                .policy
-                .as_deref()
-                .map(|policy| rank(policy, menu.clone(), 1, seed, &arm.evidence));
-            match ranked {
-                Some(Ok(output)) => {
-                    let first = output.shown.first();
-                    if let (Some(shown), Some(policy)) = (first, arm.policy.as_deref())
-                        && is_model(&shown.candidate)
-                    {
-                        trace =
-                            trace_pick(policy, &arm.evidence, menu, &output.ranking, shown, |i| {
-                                truths[i]
-                            });
-                        if trace.is_none() {
-                            arm.errors += 1;
-                        }
-                    }
-                    first.map(|s| s.item.candidate)
-                }
-                Some(Err(_)) | None => {
-                    arm.errors += 1;
-                    None
-                }
-            }
-        }
-    };
+    let (pick, trace) = pick(arm, menu, truths);
     arm.traces.push(trace);
     let Some(pick) = pick else {
         arm.truth.push(0.0);
@@ -593,22 +617,71 @@ fn play(
         arm.from_model.push(None);
         return;
     };
-    let (candidate, features) = &menu.candidates[pick];
+    let candidate = &menu.candidates[pick].0;
     let truth = truths[pick];
     let answer = environment.feedback(ctx, &candidate.diff, &mut arm.rng);
     arm.truth.push(truth);
     arm.drawn.push(answer.accepted);
     arm.from_model.push(Some(is_model(candidate)));
+    learn(arm, menu, pick, answer.accepted, round, config);
+}
+
+/// The arm's pick of `menu` (an index; `None`: nothing shown) and, for a bandit's model-sourced
+/// pick, how it came about.
+fn pick(arm: &mut Arm, menu: &Prepared, truths: &[f64]) -> (Option<usize>, Option<PickTrace>) {
+    let items = menu.candidates.len();
+    match arm.kind {
+        _ if items == 0 => (None, None),
+        ArmKind::Random => (Some(arm.rng.random_range(0..items)), None),
+        ArmKind::Oracle => (first_best(truths), None),
+        ArmKind::Thompson => {
+            let seed = arm.rng.random();
+            let ranked = arm
+                .policy
+                .as_deref()
+                .map(|policy| rank(policy, menu.clone(), 1, seed, &arm.evidence));
+            let Some(Ok(output)) = ranked else {
+                arm.errors += 1;
+                return (None, None);
+            };
+            let first = output.shown.first();
+            let mut trace = None;
+            if let (Some(shown), Some(policy)) = (first, arm.policy.as_deref())
+                && is_model(&shown.candidate)
+            {
+                trace = trace_pick(policy, &arm.evidence, menu, &output.ranking, shown, |i| {
+                    truths[i]
+                });
+                if trace.is_none() {
+                    arm.errors += 1;
+                }
+            }
+            (first.map(|s| s.item.candidate), trace)
+        }
+    }
+}
+
+/// A bandit arm learns the answer to its pick of `menu`: a priced candidate's evidence at once,
+/// the policy in batches (its draws refreshed after each).
+fn learn(
+    arm: &mut Arm,
+    menu: &Prepared,
+    pick: usize,
+    accepted: bool,
+    round: usize,
+    config: &PipelineConfig,
+) {
     let Some(policy) = arm.policy.as_deref_mut() else {
         return;
     };
+    let (candidate, features) = &menu.candidates[pick];
     let prior = candidate.source.prior();
     let observation = Observation {
         id: format!("{round}"),
         timestamp_s: round as f64 * 60.0,
         context: menu.context.clone(),
         candidate: features.clone(),
-        reward: learning_reward(answer.accepted, prior.map(|p| p.mean)),
+        reward: learning_reward(accepted, prior.map(|p| p.mean)),
     };
     if prior.is_some()
         && arm

@@ -29,6 +29,7 @@ pub mod eval_run;
 pub mod evaluation;
 pub mod guard;
 pub mod metrics;
+pub mod model_bench;
 pub mod rollout;
 pub mod run_dir;
 pub mod seeds;

@@ -37,10 +37,10 @@ mod model_candidates;
 mod schema;
 /// Recommendations, feedback, replicas and restarts.
 mod serving;
-/// The source tree: no import cycles, imports follow the declared layers.
-mod tidy;
 /// The synthetic world through the binary.
 mod simulate;
+/// The source tree: no import cycles, imports follow the declared layers.
+mod tidy;
 /// `arc-rec train`: crash and resume, rollback, records, bad input.
 #[cfg(feature = "rft")]
 mod train;

@@ -8,7 +8,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The workspace crates whose modules must not import each other in a cycle.
-const CRATES: [&str; 5] = ["src", "trainer/src", "bandit/src", "objectives/src", "telemetry/src"];
+const CRATES: [&str; 5] = [
+    "src",
+    "trainer/src",
+    "bandit/src",
+    "objectives/src",
+    "telemetry/src",
+];
 
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -23,7 +29,11 @@ fn no_import_cycle_between_modules() {
             problems.push(format!("{dir}: {}", graph.describe_cycle(&cycle)));
         }
     }
-    assert!(problems.is_empty(), "import cycles:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "import cycles:\n{}",
+        problems.join("\n")
+    );
 }
 
 #[test]
@@ -119,7 +129,7 @@ impl ImportGraph {
             components: Vec::new(),
         };
         for module in self.modules.keys() {
-            if !tarjan.index.contains_key(module) {
+            if !tarjan.index.contains_key(module.as_str()) {
                 tarjan.visit(module);
             }
         }
@@ -160,7 +170,13 @@ impl<'a> Tarjan<'a> {
         self.next += 1;
         self.stack.push(module);
         self.on_stack.insert(module);
-        for target in self.graph.edges.get(module).into_iter().flat_map(|t| t.keys()) {
+        for target in self
+            .graph
+            .edges
+            .get(module)
+            .into_iter()
+            .flat_map(|t| t.keys())
+        {
             let target = target.as_str();
             if !self.index.contains_key(target) {
                 self.visit(target);
@@ -427,7 +443,9 @@ fn expand_use_tree(tree: &str) -> Vec<Vec<String>> {
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
         .collect();
-    let inner = tree[open + 1..].strip_suffix('}').unwrap_or(&tree[open + 1..]);
+    let inner = tree[open + 1..]
+        .strip_suffix('}')
+        .unwrap_or(&tree[open + 1..]);
     let mut out = Vec::new();
     for part in split_top_level(inner) {
         for tail in expand_use_tree(part) {
@@ -511,7 +529,10 @@ mod checker {
         let graph = graph(&[
             ("", "pub mod r;"),
             ("r", "pub mod s; pub use s::S;"),
-            ("r::s", "use crate::r::Re; use other_crate::x; fn f() { foo_crate::y(); }\n"),
+            (
+                "r::s",
+                "use crate::r::Re; use other_crate::x; fn f() { foo_crate::y(); }\n",
+            ),
         ]);
         assert!(graph.edges.is_empty(), "{:?}", graph.edges);
     }

@@ -10,10 +10,9 @@ use std::collections::BTreeMap;
 use common::{FIXTURES, load_model as load, max_abs, read_reference};
 use serde::Deserialize;
 use tch::Tensor;
+use trainer::logprobs::TrainBatch;
 use trainer::model::{CausalLm, LoraConfig};
-use trainer::train_step::{
-    Measure, TrainBatch, TrainerConfig, accumulate_gradients, masked_mean_nll,
-};
+use trainer::train_step::{Measure, TrainerConfig, accumulate_gradients, masked_mean_nll};
 
 #[derive(Debug, Deserialize)]
 struct Reference {

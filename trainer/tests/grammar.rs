@@ -732,9 +732,7 @@ fn the_forbidden_mass_penalty_keeps_the_model_on_the_grammars_tokens() {
 }
 
 /// `batch` scored without its allowed sets (the unmasked distribution).
-fn without_allowed_sets(
-    batch: &trainer::logprobs::TrainBatch,
-) -> trainer::logprobs::TrainBatch {
+fn without_allowed_sets(batch: &trainer::logprobs::TrainBatch) -> trainer::logprobs::TrainBatch {
     trainer::logprobs::TrainBatch {
         input_ids: batch.input_ids.shallow_clone(),
         attention_mask: batch.attention_mask.as_ref().map(|t| t.shallow_clone()),

@@ -10,9 +10,9 @@ use std::process::Command;
 use common::{FIXTURES, fixture_dir, load_model};
 use serde::Deserialize;
 use tch::{Kind, Tensor};
+use trainer::logprobs::TrainBatch;
 use trainer::model::{CausalLm, LORA_TARGETS, Logits, LoraConfig};
 use trainer::peft::{AdapterConfig, merge_adapters, save_adapter};
-use trainer::logprobs::TrainBatch;
 use trainer::train_step::{Trainer, TrainerConfig};
 
 const RANK: i64 = 4;

@@ -11,10 +11,12 @@ use common::{FIXTURES, cpu, fixture_dir, load_model as load, max_abs, read_refer
 use serde::Deserialize;
 use tch::{Kind, Tensor};
 use trainer::generate::{GenerationRequest, generate};
-use trainer::logprobs::{reference_logprobs, score_logprobs, sequence_logprobs_chunked};
+use trainer::logprobs::{
+    TrainBatch, reference_logprobs, score_logprobs, sequence_logprobs_chunked,
+};
 use trainer::model::{CausalLm, LoraConfig};
 use trainer::train_step::{
-    Measure, TrainBatch, TrainError, Trainer, TrainerConfig, accumulate_gradients, masked_mean_nll,
+    Measure, TrainError, Trainer, TrainerConfig, accumulate_gradients, masked_mean_nll,
 };
 
 /// Columns before this one are "prompt" and not scored, so masking is exercised.
