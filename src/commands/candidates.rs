@@ -25,7 +25,7 @@ use crate::storage::candidate_stats::{SavedCandidates, save_model_candidates_by_
 use crate::storage::clusters::active_cluster_ids;
 use crate::storage::training_runs;
 use crate::training::candidates::{
-    CandidateRun, GenerationOptions, Generated, generate, harvest_all,
+    CandidateRun, Generated, GenerationOptions, generate, harvest_all,
 };
 use crate::training::evaluation::RunModel;
 use crate::training::rollout::Sampling;
@@ -123,7 +123,8 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         runtime.describe()
     );
     let generation = Instant::now();
-    let generated = tokio::task::block_in_place(|| generate_with_progress(args, &run, runtime, &contexts))?;
+    let generated =
+        tokio::task::block_in_place(|| generate_with_progress(args, &run, runtime, &contexts))?;
     let generation_seconds = generation.elapsed().as_secs_f64();
     let harvests = harvest_all(&contexts, &generated, &run.model_version, &indexes);
     let mut gathered = gather(&contexts, &harvests, &stored_clusters);
@@ -243,14 +244,18 @@ fn generate_with_progress(
     let bar = std::io::stderr()
         .is_terminal()
         .then(|| crate::progress::bar(contexts.len() as u64, "contexts", false));
-    let generated = generate(run, runtime, contexts, options, &mut |done, total, well_formed| {
-        match &bar {
+    let generated = generate(
+        run,
+        runtime,
+        contexts,
+        options,
+        &mut |done, total, well_formed| match &bar {
             Some(bar) => bar.set_position(done as u64),
             None => println!(
                 "generated for {done}/{total} contexts ({well_formed} well-formed recommendations so far)"
             ),
-        }
-    });
+        },
+    );
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
@@ -309,8 +314,11 @@ async fn save(
     run: &CandidateRun,
     gathered: &mut Gathered,
 ) -> anyhow::Result<()> {
-    let (rows, model_version, base_model) =
-        (gathered.rows.clone(), run.model_version.clone(), run.base_model());
+    let (rows, model_version, base_model) = (
+        gathered.rows.clone(),
+        run.model_version.clone(),
+        run.base_model(),
+    );
     let saved: BTreeMap<String, SavedCandidates> =
         super::with_database(database, |pool| async move {
             let mut saved = BTreeMap::new();

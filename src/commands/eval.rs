@@ -248,26 +248,26 @@ fn print_models(report: &EvalReport) -> Option<RunModel> {
 }
 
 fn print_baselines(baselines: &Baselines) {
-        let dash = "-";
-        let rows = [
-            ("logged", baselines.logged_heuristic, None),
-            ("random", Some(baselines.random_from_menu), None),
-            (
-                "oracle",
-                Some(baselines.menu_oracle),
-                Some(baselines.menu_oracle),
-            ),
-        ];
-        for (name, one_pick, best_of) in rows {
-            let figure = |value: Option<f64>, width: usize| {
-                value.map_or(format!("{dash:>width$}"), |v| format!("{v:>width$.3}"))
-            };
-            println!(
-                "{name:<8} {dash:>6} {dash:>7} {dash:>7} {dash:>7} {dash:>7} {dash:>8} {dash:>8} {} {} {dash:>10} {dash:>8} {dash:>8}",
-                figure(one_pick, 10),
-                figure(best_of, 9),
-            );
-        }
+    let dash = "-";
+    let rows = [
+        ("logged", baselines.logged_heuristic, None),
+        ("random", Some(baselines.random_from_menu), None),
+        (
+            "oracle",
+            Some(baselines.menu_oracle),
+            Some(baselines.menu_oracle),
+        ),
+    ];
+    for (name, one_pick, best_of) in rows {
+        let figure = |value: Option<f64>, width: usize| {
+            value.map_or(format!("{dash:>width$}"), |v| format!("{v:>width$.3}"))
+        };
+        println!(
+            "{name:<8} {dash:>6} {dash:>7} {dash:>7} {dash:>7} {dash:>7} {dash:>8} {dash:>8} {} {} {dash:>10} {dash:>8} {dash:>8}",
+            figure(one_pick, 10),
+            figure(best_of, 9),
+        );
+    }
 }
 
 fn print_legend(report: &EvalReport, reference: Option<RunModel>) {

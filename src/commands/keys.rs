@@ -196,13 +196,7 @@ async fn create(args: &CreateKeyArgs, database: &Database) -> anyhow::Result<()>
 async fn list(org: &OrgId, database: &Database) -> anyhow::Result<()> {
     println!(
         "{:<18} {:<10} {:<26} {:<8} {:<14} {:<14} {:<14} label",
-        "key_id",
-        "role",
-        "created_at",
-        "revoked",
-        "rate_limit",
-        "daily_quota",
-        "used_today"
+        "key_id", "role", "created_at", "revoked", "rate_limit", "daily_quota", "used_today"
     );
     for key in api_keys::list(database.pool(), org.as_str()).await? {
         let created = key.created_at.format("%Y-%m-%dT%H:%M:%SZ").to_string();
@@ -221,4 +215,3 @@ async fn list(org: &OrgId, database: &Database) -> anyhow::Result<()> {
     }
     Ok(())
 }
-

@@ -97,7 +97,13 @@ pub async fn run(
     .await
     .context("cannot load the serving state")?;
     let quota_ledger = std::sync::Arc::new(QuotaLedger::default());
-    let state = app_state(args, database, metrics, serving.clone(), quota_ledger.clone())?;
+    let state = app_state(
+        args,
+        database,
+        metrics,
+        serving.clone(),
+        quota_ledger.clone(),
+    )?;
     let settings = ServerSettings {
         listen: args.listen.clone(),
         workers,

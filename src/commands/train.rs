@@ -20,8 +20,8 @@ use crate::storage::training_runs::{self, RunStatus};
 use crate::training::run_dir::{Checkpoint, LEARNED_GRADER_FILE, RUN_ID_FILE, read_run_id};
 use crate::training::summary::{summarize, write_report};
 use crate::training::{
-    Constrained, DeviceChoice, FaultHooks, LrSchedule, Observer, RunDir, StepMetrics,
-    TrainOutcome, TrainSettings, WarmupMode, read_metrics,
+    Constrained, DeviceChoice, FaultHooks, LrSchedule, Observer, RunDir, StepMetrics, TrainOutcome,
+    TrainSettings, WarmupMode, read_metrics,
 };
 /// Hidden fault injection for the crash tests: SIGKILL while writing this step's checkpoint.
 const KILL_IN_CHECKPOINT_ENV: &str = "ARC_REC_TEST_KILL_IN_CHECKPOINT";

@@ -357,7 +357,10 @@ pub fn gather(
         if !stored {
             gathered.unmatched += 1;
         }
-        let summary = gathered.summaries.entry(context.org.to_owned()).or_default();
+        let summary = gathered
+            .summaries
+            .entry(context.org.to_owned())
+            .or_default();
         summary.contexts += 1;
         summary.generated += harvest.generated;
         summary.valid += harvest.valid;

@@ -119,7 +119,11 @@ pub fn generate(
         let picks: Vec<&PromptTokens<'_>> = batch.iter().collect();
         let rollout = rollout(&policy, &picks, sampling, &grader, sampling.seed)?;
         for group in rollout.groups {
-            let format_valid = group.samples.iter().filter(|s| s.verdict.format_valid).count();
+            let format_valid = group
+                .samples
+                .iter()
+                .filter(|s| s.verdict.format_valid)
+                .count();
             well_formed += format_valid;
             generated.push(Generated {
                 completions: group

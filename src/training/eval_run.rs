@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::baselines::{Baselines, baselines};
 use super::evaluation::{
-    EvalSettings, ModelReport, RunModel, evaluate, fill_gap_closed, gap_reference,
-    load_run_model, run_models,
+    EvalSettings, ModelReport, RunModel, evaluate, fill_gap_closed, gap_reference, load_run_model,
+    run_models,
 };
 use super::rollout::tokenize_prompts;
 use super::run_dir::{read_run_data, read_settings, run_grader, write_atomically};
@@ -159,7 +159,7 @@ impl EvalRun {
         let policy = load_run_model(which, &self.settings, &self.dir, runtime)?;
         let prompts = tokenize_prompts(&policy, &self.dataset, held_out)?;
         evaluate(which, path, &policy, &prompts, grader, settings, progress)
-        .with_context(|| format!("evaluating the {} model", which.label()))
+            .with_context(|| format!("evaluating the {} model", which.label()))
     }
 
     /// The report of the models' figures: each model's share of the gap to the menu oracle is
@@ -172,9 +172,10 @@ impl EvalRun {
         baselines: Option<Baselines>,
     ) -> EvalReport {
         let evaluated: Vec<RunModel> = models.iter().map(|r| r.model).collect();
-        if let (Some(baselines), Some(reference)) =
-            (&baselines, gap_reference(self.settings.sft_steps, &evaluated))
-        {
+        if let (Some(baselines), Some(reference)) = (
+            &baselines,
+            gap_reference(self.settings.sft_steps, &evaluated),
+        ) {
             fill_gap_closed(&mut models, reference, baselines.menu_oracle);
         }
         EvalReport {

@@ -42,7 +42,10 @@ pub fn write_report(
         "trainable_parameters": outcome.trainable_parameters,
         "final": summarize(lines),
     });
-    std::fs::write(root.join(SUMMARY_FILE), serde_json::to_vec_pretty(&summary)?)?;
+    std::fs::write(
+        root.join(SUMMARY_FILE),
+        serde_json::to_vec_pretty(&summary)?,
+    )?;
     Ok(RunReport {
         summary,
         curves,
@@ -54,10 +57,7 @@ pub fn write_report(
 pub fn summarize(lines: &[MetricsLine]) -> Value {
     let steps: Vec<&StepMetrics> = super::metrics::steps(lines).collect();
     let last_rl = steps.iter().rev().find(|s| s.rl.is_some());
-    let last_warmup = steps
-        .iter()
-        .rev()
-        .find(|s| s.phase == Phase::Warmup);
+    let last_warmup = steps.iter().rev().find(|s| s.phase == Phase::Warmup);
     json!({
         "last_rl_step": last_rl,
         "last_warmup_loss": last_warmup.map(|s| s.loss),
