@@ -17,6 +17,7 @@
 //! - [`eval_run`]: `arc-rec eval`'s prompts, graders, models and report (`eval.json`, `eval.png`).
 //! - [`baselines`]: eval's floors and ceiling (logged heuristic, random pick, menu oracle).
 //! - [`candidates`]: a finished run's model writing candidates for serving (`arc-rec candidates`).
+//! - [`model_bench`]: `arc-rec bench model`'s phases, figures and comparison with the reference.
 //!
 //! Data and grading come from [`crate::rft`], advantages from `objectives`, the model, sampling,
 //! loss and optimizer from `trainer`. Nothing here touches the database: the command records
