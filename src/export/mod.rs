@@ -76,6 +76,8 @@ pub async fn export_to_file(
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    // `--out out/examples.jsonl` on a fresh checkout: the directory is made, as `train --out` does.
+    std::fs::create_dir_all(&dir).map_err(write_err)?;
     let tmp = tempfile::Builder::new()
         .prefix(".arc-rec-export-")
         .suffix(".tmp")

@@ -184,12 +184,14 @@ fn options(format: ExportFormat) -> ExportOptions {
 
 async fn export(db: &TestDb, options: &ExportOptions) -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.jsonl");
+    // A directory that does not exist yet: the export makes it (`--out out/examples.jsonl` on a
+    // fresh checkout).
+    let out = dir.path().join("out").join("out.jsonl");
     export_to_file(&db.database, options, &out, &ProgressBar::hidden())
         .await
         .unwrap();
     let text = std::fs::read_to_string(&out).unwrap();
-    let leftovers = std::fs::read_dir(dir.path()).unwrap().count();
+    let leftovers = std::fs::read_dir(dir.path().join("out")).unwrap().count();
     assert_eq!(
         leftovers, 1,
         "the temporary file must be renamed, not left behind"
