@@ -74,7 +74,11 @@ cargo nextest run --workspace --locked --no-run
 # The one target no test binary covers: bandit's criterion bench (`cargo clippy --all-targets`).
 cargo test --locked -p bandit --benches --no-run
 stage "cargo nextest run (every test of the workspace; slow tests named)"
-cargo nextest run --workspace --locked
+# nextest runs a test per core at once; each that trains starts libtorch, whose OpenMP pool would
+# take a thread per core and spin-wait, so two such tests on two cores fight for four spinning
+# threads (measured: the learned-grader and model-candidates tests took 4 min 46 s together, 2 min
+# 27 s with one thread each). A run alone, like the quick start's, keeps libtorch's default.
+OMP_NUM_THREADS=1 cargo nextest run --workspace --locked
 stage "experiments/ harnesses' Python tests (the tables' bootstraps, the exploration data)"
 .venv/bin/python experiments/test_rft_experiment_table.py
 .venv/bin/python experiments/test_pipeline_table.py
