@@ -20,7 +20,6 @@ pub mod grade;
 pub mod ingest;
 pub mod keys;
 #[cfg(feature = "rft")]
-pub mod learned_grader_fit;
 pub mod load;
 #[cfg(feature = "rft")]
 pub mod model;

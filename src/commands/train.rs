@@ -14,10 +14,12 @@ use serde_json::{Value, json};
 use objectives::Objective;
 
 use super::DatabaseArgs;
-use super::learned_grader_fit::{FitOn, fit_learned_grader};
 use crate::rft::{GraderKind, RftDataset, WorldReward};
 use crate::storage::training_runs::{self, RunStatus};
-use crate::training::run_dir::{Checkpoint, LEARNED_GRADER_FILE, RUN_ID_FILE, read_run_id};
+use crate::training::learned_grader_fit::{FitOn, fit_learned_grader};
+use crate::training::run_dir::{
+    Checkpoint, LEARNED_GRADER_FILE, RUN_ID_FILE, absolute, read_run_id,
+};
 use crate::training::summary::{summarize, write_report};
 use crate::training::{
     Constrained, DeviceChoice, FaultHooks, LrSchedule, Observer, RunDir, StepMetrics, TrainOutcome,
@@ -367,7 +369,16 @@ impl Prepared {
         }
         let learned = match settings.grader {
             GraderKind::Learned => {
-                Some(fit_learned_grader(&settings, &dataset, FitOn::TrainSplit, database).await?)
+                let fitted =
+                    super::with_database(database, |pool| {
+                        let (settings, dataset) = (&settings, &dataset);
+                        async move {
+                            fit_learned_grader(&pool, settings, dataset, FitOn::TrainSplit).await
+                        }
+                    })
+                    .await?;
+                println!("{}", fitted.summary);
+                Some(fitted.grader)
             }
             GraderKind::Logged | GraderKind::World => None,
         };
@@ -524,10 +535,6 @@ impl RunRecord {
         );
         Ok(())
     }
-}
-
-fn absolute(path: &Path) -> PathBuf {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 fn env_step(name: &str) -> Option<u64> {

@@ -68,8 +68,7 @@ impl CandidateRun {
 
     /// The base model's path as stored with the candidates.
     pub fn base_model(&self) -> String {
-        std::path::absolute(&self.settings.model)
-            .unwrap_or_else(|_| self.settings.model.clone())
+        super::run_dir::absolute(&self.settings.model)
             .display()
             .to_string()
     }

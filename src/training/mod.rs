@@ -29,6 +29,7 @@ pub mod curves;
 pub mod eval_run;
 pub mod evaluation;
 pub mod guard;
+pub mod learned_grader_fit;
 pub mod metrics;
 pub mod model_bench;
 pub mod rollout;

@@ -532,6 +532,12 @@ fn sync_tree(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `path` made absolute against the working directory, as paths are stored with a run and its
+/// model version (a later command may run elsewhere); unchanged if the working directory is gone.
+pub fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -443,7 +443,7 @@ fn adapter_config(settings: &TrainSettings, base: &Path) -> AdapterConfig {
 pub(super) fn rl_base(settings: &TrainSettings, root: &Path) -> PathBuf {
     if settings.sft_steps > 0 {
         let dir = root.join(WARMUP_MODEL_DIR);
-        std::path::absolute(&dir).unwrap_or(dir)
+        super::run_dir::absolute(&dir)
     } else {
         settings.model.clone()
     }

@@ -1,19 +1,20 @@
 //! Fitting the learned grader (`rft::learned_grader`) from a run's data and the database's
 //! statistics: `train --grader learned` fits its reward on the train split, `candidates` prices
-//! the model's ideas with one fitted on every logged decision.
+//! the model's ideas with one fitted on every logged decision. The caller opens the database.
 
 use std::collections::BTreeMap;
 
 use anyhow::Context;
 
-use super::DatabaseArgs;
+use sqlx::PgPool;
+
+use super::TrainSettings;
 use crate::candidates::CandidateIndex;
 use crate::clustering::ClusterModel;
 use crate::export::Split;
 use crate::rft::learned_grader::{data_sha256, place_prompts};
 use crate::rft::{LearnedGrader, RftDataset};
 use crate::storage::training_runs;
-use crate::training::TrainSettings;
 
 /// Which logged decisions the grader learns from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,18 +25,25 @@ pub enum FitOn {
     Everything,
 }
 
+/// A fitted grader and one line saying what it was fitted on (for the command to print).
+#[derive(Debug)]
+pub struct FittedGrader {
+    pub grader: LearnedGrader,
+    pub summary: String,
+}
+
 /// Fits the learned grader on `dataset`'s decisions (`on`), pricing model switches with each
 /// organization's candidate index and placing contexts with its clustering model, both read
 /// from the database.
 pub async fn fit_learned_grader(
+    pool: &PgPool,
     settings: &TrainSettings,
     dataset: &RftDataset,
     on: FitOn,
-    database: &DatabaseArgs,
-) -> anyhow::Result<LearnedGrader> {
+) -> anyhow::Result<FittedGrader> {
     let orgs = dataset.organizations();
-    let (indexes, models) = super::with_database(database, |pool| async move {
-        let unknown = training_runs::unknown_orgs(&pool, &orgs).await?;
+    let (indexes, models) = async {
+        let unknown = training_runs::unknown_orgs(pool, &orgs).await?;
         if !unknown.is_empty() {
             anyhow::bail!(
                 "organization(s) {} of --data are not in the database, whose statistics price the model switches the grader scores; ingest their history first",
@@ -45,15 +53,15 @@ pub async fn fit_learned_grader(
         let mut indexes = Vec::with_capacity(orgs.len());
         let mut models = BTreeMap::new();
         for org in &orgs {
-            indexes.push(CandidateIndex::load(&pool, org).await?);
-            if let Some(stored) = crate::storage::clusters::load_model(&pool, org).await? {
+            indexes.push(CandidateIndex::load(pool, org).await?);
+            if let Some(stored) = crate::storage::clusters::load_model(pool, org).await? {
                 let model = ClusterModel::from_stored(stored)
                     .with_context(|| format!("the clustering model of {org}"))?;
                 models.insert(org.clone(), model);
             }
         }
-        Ok((indexes, models))
-    })
+        anyhow::Ok((indexes, models))
+    }
     .await
     .context("the learned grader: cannot read the organizations' statistics and clustering models")?;
     let placements = place_prompts(&dataset.prompts, &models);
@@ -88,7 +96,7 @@ pub async fn fit_learned_grader(
             .map(|(auc, n)| format!("; AUC {auc:.3} on the {n} held-out decisions")),
         FitOn::Everything => None,
     };
-    println!(
+    let summary = format!(
         "learned grader: fitted on {} logged decisions of {fitted_on} (κ = {}, floor: {}; {placed} of {} contexts placed by a clustering model){}",
         grader.observations(),
         settings.learned_lcb_z,
@@ -96,5 +104,5 @@ pub async fn fit_learned_grader(
         dataset.prompts.len(),
         held_out.unwrap_or_default()
     );
-    Ok(grader)
+    Ok(FittedGrader { grader, summary })
 }
