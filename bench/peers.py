@@ -197,9 +197,18 @@ def main() -> int:
     if unknown or not names:
         print(f"--policies: unknown {unknown}; choose from {', '.join(POLICIES)}", file=sys.stderr)
         return 2
-    policies = {
-        name: (LinTsPolicy(args.seed) if name == "mabwiser-lints" else VwPolicy(name, args.seed)) for name in names
-    }
+    try:
+        policies = {
+            name: (LinTsPolicy(args.seed) if name == "mabwiser-lints" else VwPolicy(name, args.seed)) for name in names
+        }
+    except ImportError as missing:
+        # `arc-rec bench bandit --peers` shows this line as the reason the peers are missing.
+        print(
+            f"peers: {sys.executable} cannot import {missing.name} ({missing}); scripts/setup.sh "
+            "installs vowpalwabbit and mabwiser into .venv (not with ARC_REC_PYTHON_PEERS=0)",
+            file=sys.stderr,
+        )
+        return 2
     seconds = {name: 0.0 for name in names}
     out = sys.stdout
     for line in sys.stdin:

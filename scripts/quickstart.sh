@@ -8,7 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh
+# Postgres and torch; not the Python peers of the tests and benchmarks (the test command adds them).
+ARC_REC_PYTHON_PEERS=0 scripts/setup.sh
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
 cargo build --release --locked --bin arc-rec

@@ -6,7 +6,10 @@
 #     vowpalwabbit==9.11.9 and mabwiser==2.7.4 (the peers of `bench bandit --peers`).
 #   - with ARC_REC_WITH_BROWSER=1 (the test command), Debian's `chromium` for the dashboard's
 #     headless-browser test.
-# Set ARC_REC_SKIP_TORCH=1 to skip the virtualenv (for `--no-default-features` builds).
+# Set ARC_REC_SKIP_TORCH=1 to skip the virtualenv (for `--no-default-features` builds),
+# ARC_REC_SKIP_SYSTEM=1 to skip the Debian packages (the test command installs those beside the
+# virtualenv and the build), ARC_REC_PYTHON_PEERS=0 to skip transformers, peft, vowpalwabbit and
+# mabwiser (the quick start does not run the benchmarks or tests that need them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,39 +28,46 @@ have_postgres() {
     compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
 }
 
-if ! have_postgres; then
-    echo "setup: installing PostgreSQL (Debian package postgresql)"
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
-    # The package starts a system cluster; arc-rec runs its own, so stop the system one.
-    $SUDO service postgresql stop >/dev/null 2>&1 || true
-fi
-if ! command -v psql >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/psql" >/dev/null; then
-    echo "setup: installing the psql client (Debian package postgresql-client)"
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql-client >/dev/null
-fi
+apt_install() {
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
 
-if [ "${ARC_REC_WITH_BROWSER:-0}" = "1" ] && ! command -v chromium >/dev/null 2>&1; then
-    echo "setup: installing headless Chromium (Debian packages chromium, fonts-dejavu-core) for the dashboard's browser test"
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
-fi
+# PostgreSQL (server and psql) and, for the test command, Chromium.
+system_packages() {
+    if ! have_postgres; then
+        echo "setup: installing PostgreSQL (Debian package postgresql)"
+        apt_install postgresql
+        # The package starts a system cluster; arc-rec runs its own, so stop the system one.
+        local sudo=""
+        if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+        $sudo service postgresql stop >/dev/null 2>&1 || true
+    fi
+    if ! command -v psql >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/psql" >/dev/null; then
+        echo "setup: installing the psql client (Debian package postgresql-client)"
+        apt_install postgresql-client
+    fi
+    if [ "${ARC_REC_WITH_BROWSER:-0}" = "1" ] && ! command -v chromium >/dev/null 2>&1; then
+        echo "setup: installing headless Chromium (Debian packages chromium, fonts-dejavu-core) for the dashboard's browser test"
+        apt_install --no-install-recommends chromium fonts-dejavu-core
+    fi
+}
 
-if [ "${ARC_REC_SKIP_TORCH:-0}" != "1" ]; then
+# .venv with torch (libtorch for tch).
+torch_venv() {
     if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" >/dev/null 2>&1; then
         echo "setup: installing torch==$TORCH_VERSION into .venv (from PyPI; about 3 GB with its CUDA libraries)"
         python3 -m venv .venv
         .venv/bin/pip install --quiet --progress-bar off --cache-dir "$PIP_CACHE" "torch==$TORCH_VERSION"
     fi
-    # Installed after torch and checked separately, so a venv from before they were added gets
-    # them without reinstalling torch (pip keeps the satisfied torch pin).
+}
+
+# The Python peers of the tests and benchmarks, installed after torch and checked separately, so
+# a venv from before they were added gets them without reinstalling torch (pip keeps the
+# satisfied torch pin).
+python_peers() {
     if ! .venv/bin/python -c "
 import sys
 from importlib.metadata import version
@@ -76,6 +86,16 @@ sys.exit(version('vowpalwabbit') != '$VOWPALWABBIT_VERSION' or version('mabwiser
         .venv/bin/pip install --quiet --progress-bar off --cache-dir "$PIP_CACHE" "torch==$TORCH_VERSION" \
             "transformers==$TRANSFORMERS_VERSION" "peft==$PEFT_VERSION" \
             "vowpalwabbit==$VOWPALWABBIT_VERSION" "mabwiser==$MABWISER_VERSION"
+    fi
+}
+
+if [ "${ARC_REC_SKIP_SYSTEM:-0}" != "1" ]; then
+    system_packages
+fi
+if [ "${ARC_REC_SKIP_TORCH:-0}" != "1" ]; then
+    torch_venv
+    if [ "${ARC_REC_PYTHON_PEERS:-1}" != "0" ]; then
+        python_peers
     fi
 fi
 echo "setup: ok"

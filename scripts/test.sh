@@ -32,19 +32,63 @@ stage_table() {
         total=$((total + stage_secs[i]))
     done
     printf '%6d  total\n' "$total"
+    for i in "${!beside_names[@]}"; do
+        if [ -n "${beside_secs[$i]:-}" ]; then
+            printf '%6d  beside the stages: %s\n' "${beside_secs[$i]}" "${beside_names[$i]}"
+        fi
+    done
 }
-trap stage_table EXIT
+# Work begun beside the stages (`beside NAME COMMAND…`) and waited for where a stage needs it
+# (`await NAME`): installs that wait on the network and the disk run while the build has the
+# cores. Each one's log is target/beside-NAME.log, its wall time a line under the table.
+mkdir -p target
+beside_names=()
+beside_pids=()
+beside_started=()
+beside_secs=()
+beside() {
+    local name=$1
+    shift
+    rm -f "target/beside-$name.done"
+    ("$@" > "target/beside-$name.log" 2>&1 && date +%s > "target/beside-$name.done") &
+    beside_names+=("$name")
+    beside_pids+=($!)
+    beside_started+=("$(date +%s)")
+}
+stop_beside() {
+    local pid
+    for pid in "${beside_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+}
+trap 'stop_beside; stage_table' EXIT
+await() {
+    local name=$1 i status=0
+    for i in "${!beside_names[@]}"; do
+        [ "${beside_names[$i]}" = "$name" ] || continue
+        wait "${beside_pids[$i]}" || status=$?
+        cat "target/beside-$name.log"
+        if [ "$status" -ne 0 ]; then
+            echo "test: $name failed (exit $status); its output is above" >&2
+            exit "$status"
+        fi
+        beside_secs[i]=$(($(cat "target/beside-$name.done") - beside_started[i]))
+        return 0
+    done
+    echo "test: nothing named $name was begun" >&2
+    exit 1
+}
 
-stage "setup (PostgreSQL, Chromium, .venv with torch)"
-ARC_REC_WITH_BROWSER=1 scripts/setup.sh
+stage "setup (.venv with torch and the Python peers; beside it, Debian's PostgreSQL and Chromium)"
+# The Debian packages (a fresh machine has neither) are needed from the test run on.
+beside system-packages env ARC_REC_WITH_BROWSER=1 ARC_REC_SKIP_TORCH=1 scripts/setup.sh
+ARC_REC_SKIP_SYSTEM=1 scripts/setup.sh
 if ! cargo nextest --version >/dev/null 2>&1; then
     echo "test: installing cargo-nextest (crates.io), the test runner"
     cargo install --locked cargo-nextest
 fi
-stage "verl setup (.venv-verl)"
-# verl and the integration in their own virtualenv (.venv-verl): the through-verl checks
-# (registry, RLHFDataset) run on every test run.
-scripts/verl/setup.sh
+# verl and the integration in their own virtualenv (.venv-verl), for the through-verl checks
+# (registry, RLHFDataset) at the end; after .venv, whose torch wheel it then reads from the pip
+# cache (in sequence it took ~190 s).
+beside verl-setup scripts/verl/setup.sh
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
 
@@ -57,7 +101,7 @@ cleanup() {
     fi
     rm -rf "$ARC_REC_TEST_PG_DIR"
 }
-trap 'cleanup; stage_table' EXIT
+trap 'stop_beside; cleanup; stage_table' EXIT
 cleanup
 
 stage "cargo fmt --check"
@@ -73,6 +117,8 @@ stage "build and lint every test binary (clippy, warnings are errors)"
 cargo nextest run --workspace --locked --no-run
 # The one target no test binary covers: bandit's criterion bench (`cargo clippy --all-targets`).
 cargo test --locked -p bandit --benches --no-run
+stage "wait for Debian's PostgreSQL and Chromium, begun beside setup"
+await system-packages
 stage "cargo nextest run (every test of the workspace; slow tests named)"
 # nextest runs a test per core at once; each that trains starts libtorch, whose OpenMP pool would
 # take a thread per core and spin-wait, so two such tests on two cores fight for four spinning
@@ -87,6 +133,8 @@ stage "bench bandit's peers (Vowpal Wabbit, MABWiser) learn and see every candid
 .venv/bin/python bench/test_peers.py
 stage "the verl integration's Python tests (arc-rec's estimators against the Rust figures)"
 (cd integrations/verl && ../../.venv/bin/python -m unittest discover -s tests -t .)
+stage "wait for the verl setup (.venv-verl), begun beside the build"
+await verl-setup
 stage "the same through verl's own registry (.venv-verl)"
 (cd integrations/verl && ../../.venv-verl/bin/python -m unittest discover -s tests -t .)
 # Last: it replaces target/debug/arc-rec, which the integration tests run, with the service built

@@ -1,6 +1,6 @@
 """Logits of a base checkpoint plus a LoRA adapter, computed by Hugging Face PEFT itself.
 
-Run by trainer/tests/lora_peft_logits.rs (needs transformers and peft in .venv: scripts/setup.sh).
+Run by trainer/tests/it/lora_peft_logits.rs (needs transformers and peft in .venv: scripts/setup.sh).
 
   peft_logits.py JOBS OUT
 

@@ -1,6 +1,6 @@
 """Cross-checks arc-rec's PEFT adapter files against Hugging Face PEFT itself.
 
-Run by trainer/tests/peft_reference.rs (needs transformers and peft in .venv: scripts/setup.sh).
+Run by trainer/tests/it/peft_reference.rs (needs transformers and peft in .venv: scripts/setup.sh).
 
   make DIR    builds a tiny random Qwen2ForCausalLM (DIR/base), wraps it with get_peft_model
               (r=4, alpha=8, all seven projections), randomises lora_B (PEFT initialises it to

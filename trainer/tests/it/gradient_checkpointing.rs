@@ -1,13 +1,12 @@
 //! Gradient checkpointing of the decoder layers gives the same gradients as the plain backward
 //! pass, for LoRA adapters with dropout (recomputed layers must draw the same masks) and for full
-//! fine-tuning. Its own test binary: dropout draws from libtorch's global generator, which tests
-//! running in parallel threads of one binary would share.
-
-mod common;
+//! fine-tuning. Dropout draws from libtorch's global generator, which the binary's other tests
+//! draw from too: run under cargo-nextest (a process per test, as `scripts/test.sh` does) or,
+//! with plain `cargo test`, with `--test-threads=1`.
 
 use std::collections::BTreeMap;
 
-use common::{FIXTURES, load_model as load, max_abs, read_reference};
+use crate::common::{FIXTURES, load_model as load, max_abs, read_reference};
 use serde::Deserialize;
 use tch::Tensor;
 use trainer::logprobs::TrainBatch;

@@ -1,10 +1,6 @@
 //! What the trainer's integration tests share: the reference fixtures (`tests/fixtures/*`, tiny
 //! checkpoints written by transformers with the `reference.json` it computed), loading them on
 //! the CPU, and comparing tensors.
-#![allow(
-    dead_code,
-    reason = "each test binary uses its own part of this module"
-)]
 
 use std::path::PathBuf;
 

@@ -1,10 +1,8 @@
 //! Checkpoint loading failures name the file, tensor and field at fault; dtype conversion on load.
 
-mod common;
-
 use std::path::Path;
 
-use common::{cpu, fixture_dir};
+use crate::common::{cpu, fixture_dir};
 use tch::{Kind, Tensor};
 use trainer::model::{CausalLm, ModelError};
 

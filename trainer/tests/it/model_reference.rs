@@ -2,9 +2,7 @@
 //! `scripts/reference/make_model_fixtures.py`: logits (unpadded, left-padded, cached), greedy
 //! continuations through the KV cache, and LoRA's effect, switch and gradients.
 
-mod common;
-
-use common::{FIXTURES, load_model, max_abs, read_reference};
+use crate::common::{FIXTURES, load_model, max_abs, read_reference};
 use serde::Deserialize;
 use tch::{Kind, Tensor};
 use trainer::model::{CausalLm, Logits, LoraConfig, greedy_decode};

@@ -3,11 +3,9 @@
 //! autograd, AdamW moves only the adapters (or, fully fine-tuning, every weight, which then saves as
 //! a checkpoint that loads back to the same logits), and gradient clipping scales the update.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::{FIXTURES, cpu, fixture_dir, load_model as load, max_abs, read_reference};
+use crate::common::{FIXTURES, cpu, fixture_dir, load_model as load, max_abs, read_reference};
 use serde::Deserialize;
 use tch::{Kind, Tensor};
 use trainer::generate::{GenerationRequest, generate};

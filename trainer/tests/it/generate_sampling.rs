@@ -3,11 +3,9 @@
 //! returned log-probs equal a teacher-forced forward, one prefill serves k samples, eos and stop
 //! strings cut samples, and bad requests are named errors.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::{FIXTURES, load_model, read_reference};
+use crate::common::{FIXTURES, load_model, read_reference};
 use serde::Deserialize;
 use tch::{Kind, Tensor};
 use trainer::generate::{

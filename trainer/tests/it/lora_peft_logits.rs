@@ -2,12 +2,10 @@
 //! Face PEFT (scripts/reference/peft_logits.py) as in our model, for both fixtures, unmerged and
 //! merged (`merge_and_unload()` against `peft::merge_adapters` with the adapters switched off).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{FIXTURES, fixture_dir, load_model};
+use crate::common::{FIXTURES, fixture_dir, load_model};
 use serde::Deserialize;
 use tch::{Kind, Tensor};
 use trainer::logprobs::TrainBatch;

@@ -491,7 +491,7 @@ fn grammars_and_sets_cross_threads() {
 }
 
 /// Mean wall time of one `allowed()` (a fresh mask) over 100 tokens of random walks with the tiny
-/// tokenizer: `cargo test --release -p trainer --test grammar -- --ignored --nocapture`.
+/// tokenizer: `cargo test --release -p trainer --test it -- grammar:: --ignored --nocapture`.
 #[test]
 #[ignore = "a measurement, not a check"]
 fn mask_cost() {
