@@ -12,9 +12,11 @@ cd "$(dirname "$0")/.."
 ARC_REC_PYTHON_PEERS=0 scripts/setup.sh
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
-cargo build --release --locked --bin arc-rec
+# The quickstart profile (Cargo.toml): the dev profile with the hot dependencies optimized; the
+# release profile's build takes twice as long on 2 cores and trains no faster.
+cargo build --profile quickstart --locked --bin arc-rec
 
-arc_rec=target/release/arc-rec
+arc_rec=target/quickstart/arc-rec
 run=runs/quickstart
 mkdir -p out models runs
 
