@@ -39,7 +39,7 @@ stage_table() {
     done
 }
 # Work begun beside the stages (`beside NAME COMMAND…`) and waited for where a stage needs it
-# (`await NAME`): installs that wait on the network and the disk run while the build has the
+# (`await NAME`): installs that wait on the network (apt's downloads) run while the build has the
 # cores. Each one's log is target/beside-NAME.log, its wall time a line under the table.
 mkdir -p target
 beside_names=()
@@ -85,10 +85,12 @@ if ! cargo nextest --version >/dev/null 2>&1; then
     echo "test: installing cargo-nextest (crates.io), the test runner"
     cargo install --locked cargo-nextest
 fi
+stage "verl setup (.venv-verl)"
 # verl and the integration in their own virtualenv (.venv-verl), for the through-verl checks
-# (registry, RLHFDataset) at the end; after .venv, whose torch wheel it then reads from the pip
-# cache (in sequence it took ~190 s).
-beside verl-setup scripts/verl/setup.sh
+# (registry, RLHFDataset) at the end; after .venv, whose torch wheel it reads from the pip cache.
+# Not beside the build: unpacking and byte-compiling ~3 GB of wheels takes a core, and there the
+# build took 892 s instead of 577 (the install itself 416 s instead of 193).
+scripts/verl/setup.sh
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
 
@@ -133,8 +135,6 @@ stage "bench bandit's peers (Vowpal Wabbit, MABWiser) learn and see every candid
 .venv/bin/python bench/test_peers.py
 stage "the verl integration's Python tests (arc-rec's estimators against the Rust figures)"
 (cd integrations/verl && ../../.venv/bin/python -m unittest discover -s tests -t .)
-stage "wait for the verl setup (.venv-verl), begun beside the build"
-await verl-setup
 stage "the same through verl's own registry (.venv-verl)"
 (cd integrations/verl && ../../.venv-verl/bin/python -m unittest discover -s tests -t .)
 # Last: it replaces target/debug/arc-rec, which the integration tests run, with the service built

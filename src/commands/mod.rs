@@ -19,7 +19,6 @@ pub mod export;
 pub mod grade;
 pub mod ingest;
 pub mod keys;
-#[cfg(feature = "rft")]
 pub mod load;
 #[cfg(feature = "rft")]
 pub mod model;

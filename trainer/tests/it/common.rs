@@ -2,7 +2,7 @@
 //! checkpoints written by transformers with the `reference.json` it computed), loading them on
 //! the CPU, and comparing tensors.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 use tch::Tensor;
@@ -38,4 +38,21 @@ pub fn read_reference<R: DeserializeOwned>(name: &str) -> R {
 /// The largest absolute elementwise difference.
 pub fn max_abs(a: &Tensor, b: &Tensor) -> f64 {
     (a - b).abs().max().double_value(&[])
+}
+
+/// The repository's root (the trainer crate's parent).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The project's virtualenv Python (`scripts/setup.sh` makes it, with torch, transformers and
+/// peft); a missing one is a failure, not a skip, so CI cannot pass without the cross-checks.
+pub fn venv_python() -> PathBuf {
+    let python = repo_root().join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/setup.sh to create .venv with torch, transformers and peft",
+        python.display()
+    );
+    python
 }

@@ -2,6 +2,7 @@
 //! consistent, random initialisation follows transformers' scheme, parameter counts are right for
 //! Qwen2.5-7B, and the PyTorch reference's JSON (or failure) comes back to the caller.
 
+use crate::common::{repo_root, venv_python};
 use std::path::{Path, PathBuf};
 
 use tch::Kind;
@@ -11,10 +12,6 @@ use trainer::bench_model::{
 };
 use trainer::device::{DeviceRequest, Runtime};
 use trainer::model::{Config, LoraConfig};
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn tiny_config() -> Config {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen2/config.json");
@@ -156,12 +153,7 @@ fn train_step_throughput_reports_consistent_figures() {
 
 #[test]
 fn reference_bench_json_or_failure_reaches_the_caller() {
-    let python = repo_root().join(".venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/setup.sh",
-        python.display()
-    );
+    let python = venv_python();
     let script = repo_root().join("bench/model_reference.py");
     let report = run_reference_bench(
         &python,

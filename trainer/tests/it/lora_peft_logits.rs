@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{FIXTURES, fixture_dir, load_model};
+use crate::common::{FIXTURES, fixture_dir, load_model, repo_root, venv_python};
 use serde::Deserialize;
 use tch::{Kind, Tensor};
 use trainer::logprobs::TrainBatch;
@@ -40,19 +40,10 @@ struct PeftLogits {
     modules: usize,
 }
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 /// Runs peft_logits.py with the project's virtualenv; a missing venv or package is a failure,
 /// not a skip, so CI cannot pass without the cross-check having run.
 fn peft_logits(jobs: &Path, out: &Path) -> Vec<PeftLogits> {
-    let python = repo_root().join(".venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/setup.sh to create .venv with torch, transformers and peft",
-        python.display()
-    );
+    let python = venv_python();
     let script = repo_root().join("scripts/reference/peft_logits.py");
     let output = Command::new(&python)
         .arg(&script)

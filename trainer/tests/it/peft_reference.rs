@@ -2,6 +2,7 @@
 //! an adapter PEFT saved loads into our VarStore with every value equal, and an adapter plus a
 //! merged checkpoint we save load in PEFT / transformers with every value (and the logits) equal.
 
+use crate::common::{repo_root, venv_python};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,19 +16,10 @@ use trainer::model::LORA_TARGETS as TARGETS;
 const RANK: i64 = 4;
 const ALPHA: f64 = 8.0;
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 /// Runs the reference script with the project's virtualenv; a missing venv or package is a
 /// failure, not a skip, so CI cannot pass without the cross-check having run.
 fn run_reference(args: &[&Path]) {
-    let python = repo_root().join(".venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/setup.sh to create .venv with torch, transformers and peft",
-        python.display()
-    );
+    let python = venv_python();
     let script = repo_root().join("scripts/reference/peft_roundtrip.py");
     let output = Command::new(&python)
         .arg(&script)
