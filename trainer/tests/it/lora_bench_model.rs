@@ -3,7 +3,7 @@
 //! Qwen2.5-7B, and the PyTorch reference's JSON (or failure) comes back to the caller.
 
 use crate::common::{repo_root, venv_python};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tch::Kind;
 use trainer::bench_model::{

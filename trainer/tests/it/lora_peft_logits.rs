@@ -2,7 +2,7 @@
 //! Face PEFT (scripts/reference/peft_logits.py) as in our model, for both fixtures, unmerged and
 //! merged (`merge_and_unload()` against `peft::merge_adapters` with the adapters switched off).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use crate::common::{FIXTURES, fixture_dir, load_model, repo_root, venv_python};

@@ -4,7 +4,7 @@
 
 use crate::common::{repo_root, venv_python};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
