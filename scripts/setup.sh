@@ -28,11 +28,13 @@ have_postgres() {
     compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
 }
 
+as_root() {
+    if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi
+}
+
 apt_install() {
-    local sudo=""
-    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
 # PostgreSQL (server and psql) and, for the test command, Chromium.
@@ -41,9 +43,7 @@ system_packages() {
         echo "setup: installing PostgreSQL (Debian package postgresql)"
         apt_install postgresql
         # The package starts a system cluster; arc-rec runs its own, so stop the system one.
-        local sudo=""
-        if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-        $sudo service postgresql stop >/dev/null 2>&1 || true
+        as_root service postgresql stop >/dev/null 2>&1 || true
     fi
     if ! command -v psql >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/psql" >/dev/null; then
         echo "setup: installing the psql client (Debian package postgresql-client)"

@@ -32,54 +32,24 @@ stage_table() {
         total=$((total + stage_secs[i]))
     done
     printf '%6d  total\n' "$total"
-    for i in "${!beside_names[@]}"; do
-        if [ -n "${beside_secs[$i]:-}" ]; then
-            printf '%6d  beside the stages: %s\n' "${beside_secs[$i]}" "${beside_names[$i]}"
-        fi
-    done
+    if [ -n "${packages_secs:-}" ]; then
+        printf '%6d  Debian packages in the background, from setup until the test run waited for them\n' "$packages_secs"
+    fi
 }
-# Work begun beside the stages (`beside NAME COMMAND…`) and waited for where a stage needs it
-# (`await NAME`): installs that wait on the network (apt's downloads) run while the build has the
-# cores. Each one's log is target/beside-NAME.log, its wall time a line under the table.
+# Debian's packages (PostgreSQL and Chromium; a fresh machine has neither) install in the
+# background from setup until the test run needs them: apt waits on its downloads while the
+# virtualenv and the build have the cores. Log: target/debian-packages.log.
 mkdir -p target
-beside_names=()
-beside_pids=()
-beside_started=()
-beside_secs=()
-beside() {
-    local name=$1
-    shift
-    rm -f "target/beside-$name.done"
-    ("$@" > "target/beside-$name.log" 2>&1 && date +%s > "target/beside-$name.done") &
-    beside_names+=("$name")
-    beside_pids+=($!)
-    beside_started+=("$(date +%s)")
+packages_pid=""
+stop_packages() {
+    if [ -n "$packages_pid" ]; then kill "$packages_pid" 2>/dev/null || true; fi
 }
-stop_beside() {
-    local pid
-    for pid in "${beside_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-}
-trap 'stop_beside; stage_table' EXIT
-await() {
-    local name=$1 i status=0
-    for i in "${!beside_names[@]}"; do
-        [ "${beside_names[$i]}" = "$name" ] || continue
-        wait "${beside_pids[$i]}" || status=$?
-        cat "target/beside-$name.log"
-        if [ "$status" -ne 0 ]; then
-            echo "test: $name failed (exit $status); its output is above" >&2
-            exit "$status"
-        fi
-        beside_secs[i]=$(($(cat "target/beside-$name.done") - beside_started[i]))
-        return 0
-    done
-    echo "test: nothing named $name was begun" >&2
-    exit 1
-}
+trap 'stop_packages; stage_table' EXIT
 
 stage "setup (.venv with torch and the Python peers; beside it, Debian's PostgreSQL and Chromium)"
-# The Debian packages (a fresh machine has neither) are needed from the test run on.
-beside system-packages env ARC_REC_WITH_BROWSER=1 ARC_REC_SKIP_TORCH=1 scripts/setup.sh
+packages_started=$(date +%s)
+ARC_REC_WITH_BROWSER=1 ARC_REC_SKIP_TORCH=1 scripts/setup.sh > target/debian-packages.log 2>&1 &
+packages_pid=$!
 ARC_REC_SKIP_SYSTEM=1 scripts/setup.sh
 if ! cargo nextest --version >/dev/null 2>&1; then
     echo "test: installing cargo-nextest (crates.io), the test runner"
@@ -103,7 +73,7 @@ cleanup() {
     fi
     rm -rf "$ARC_REC_TEST_PG_DIR"
 }
-trap 'stop_beside; cleanup; stage_table' EXIT
+trap 'stop_packages; cleanup; stage_table' EXIT
 cleanup
 
 stage "cargo fmt --check"
@@ -120,7 +90,15 @@ cargo nextest run --workspace --locked --no-run
 # The one target no test binary covers: bandit's criterion bench (`cargo clippy --all-targets`).
 cargo test --locked -p bandit --benches --no-run
 stage "wait for Debian's PostgreSQL and Chromium, begun beside setup"
-await system-packages
+packages_status=0
+wait "$packages_pid" || packages_status=$?
+packages_pid=""
+cat target/debian-packages.log
+if [ "$packages_status" -ne 0 ]; then
+    echo "test: installing Debian's packages failed (exit $packages_status); the output is above" >&2
+    exit "$packages_status"
+fi
+packages_secs=$(($(date +%s) - packages_started))
 stage "cargo nextest run (every test of the workspace; slow tests named)"
 # nextest runs a test per core at once; each that trains starts libtorch, whose OpenMP pool would
 # take a thread per core and spin-wait, so two such tests on two cores fight for four spinning

@@ -27,7 +27,7 @@ use crate::training::candidates::{
     CandidateRun, Generated, GenerationOptions, generate, harvest_all,
 };
 use crate::training::evaluation::RunModel;
-use crate::training::learned_grader_fit::{FitOn, fit_learned_grader};
+use crate::training::learned_grader_fit::FitOn;
 use crate::training::rollout::Sampling;
 use crate::training::{Constrained, DeviceChoice};
 /// Most recommendations per context.
@@ -105,18 +105,11 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         .collect();
     let (stored_clusters, indexes) = read_organizations(database, &orgs).await?;
     let grader = match args.prior {
-        PriorChoice::Learned => {
-            let fitted = super::with_database(database, |pool| {
-                let run = &run;
-                async move {
-                    fit_learned_grader(&pool, &run.settings, &run.dataset, FitOn::Everything).await
-                }
-            })
-            .await
-            .context("--prior learned: cannot fit the learned grader that prices the candidates (--prior none stores them without priors)")?;
-            println!("{}", fitted.summary);
-            Some(fitted.grader)
-        }
+        PriorChoice::Learned => Some(
+            super::fit_learned_grader(database, &run.settings, &run.dataset, FitOn::Everything)
+                .await
+                .context("--prior learned: cannot fit the learned grader that prices the candidates (--prior none stores them without priors)")?,
+        ),
         PriorChoice::None => None,
     };
     let runtime = trainer::device::Runtime::select(args.device.request())?;

@@ -72,6 +72,23 @@ pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {
     Ok(database)
 }
 
+/// Fits the learned grader (`training::learned_grader_fit`) over the database `args` name and
+/// prints what it was fitted on: what `train --grader learned` and `candidates` share.
+#[cfg(feature = "rft")]
+pub async fn fit_learned_grader(
+    args: &DatabaseArgs,
+    settings: &crate::training::TrainSettings,
+    dataset: &crate::rft::RftDataset,
+    on: crate::training::learned_grader_fit::FitOn,
+) -> anyhow::Result<crate::rft::LearnedGrader> {
+    let fitted = with_database(args, |pool| async move {
+        crate::training::learned_grader_fit::fit_learned_grader(&pool, settings, dataset, on).await
+    })
+    .await?;
+    println!("{}", fitted.summary);
+    Ok(fitted.grader)
+}
+
 /// Opens the database, runs `work` on its pool and closes it again, for commands that spend
 /// minutes on a model and need the database only around a few reads and writes (an embedded
 /// cluster is not held open meanwhile).

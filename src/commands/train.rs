@@ -16,7 +16,7 @@ use objectives::Objective;
 use super::DatabaseArgs;
 use crate::rft::{GraderKind, RftDataset, WorldReward};
 use crate::storage::training_runs::{self, RunStatus};
-use crate::training::learned_grader_fit::{FitOn, fit_learned_grader};
+use crate::training::learned_grader_fit::FitOn;
 use crate::training::run_dir::{
     Checkpoint, LEARNED_GRADER_FILE, RUN_ID_FILE, absolute, read_run_id,
 };
@@ -368,18 +368,9 @@ impl Prepared {
             );
         }
         let learned = match settings.grader {
-            GraderKind::Learned => {
-                let fitted =
-                    super::with_database(database, |pool| {
-                        let (settings, dataset) = (&settings, &dataset);
-                        async move {
-                            fit_learned_grader(&pool, settings, dataset, FitOn::TrainSplit).await
-                        }
-                    })
-                    .await?;
-                println!("{}", fitted.summary);
-                Some(fitted.grader)
-            }
+            GraderKind::Learned => Some(
+                super::fit_learned_grader(database, &settings, &dataset, FitOn::TrainSplit).await?,
+            ),
             GraderKind::Logged | GraderKind::World => None,
         };
         let out = args.out.clone().context("--out is required")?;
