@@ -18,10 +18,9 @@ TRANSFORMERS_VERSION=5.23.0
 PEFT_VERSION=0.21.2
 VOWPALWABBIT_VERSION=9.11.9
 MABWISER_VERSION=2.7.4
-# One download cache for both virtualenvs (.venv and .venv-verl pin the same torch, about 3 GB with
-# its CUDA libraries): the second install reads the wheels from here. Under target/, so
-# `cargo clean` removes it.
-PIP_CACHE="${PIP_CACHE_DIR:-$PWD/target/pip-cache}"
+# No byte-compiling at install: pip would compile every module of torch and its CUDA packages on
+# one core (~80 s of a fresh setup); Python compiles the few a run imports on first use.
+PIP_INSTALL=(.venv/bin/pip install --quiet --progress-bar off --no-compile)
 
 have_postgres() {
     command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1 && return 0
@@ -58,9 +57,9 @@ system_packages() {
 # .venv with torch (libtorch for tch).
 torch_venv() {
     if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" >/dev/null 2>&1; then
-        echo "setup: installing torch==$TORCH_VERSION into .venv (from PyPI; about 3 GB with its CUDA libraries)"
+        echo "setup: installing torch==$TORCH_VERSION into .venv (from PyPI; about 4.7 GB with its CUDA libraries)"
         python3 -m venv .venv
-        .venv/bin/pip install --quiet --progress-bar off --cache-dir "$PIP_CACHE" "torch==$TORCH_VERSION"
+        "${PIP_INSTALL[@]}" "torch==$TORCH_VERSION"
     fi
 }
 
@@ -74,7 +73,7 @@ from importlib.metadata import version
 sys.exit(version('transformers') != '$TRANSFORMERS_VERSION' or version('peft') != '$PEFT_VERSION')
 " >/dev/null 2>&1; then
         echo "setup: installing transformers==$TRANSFORMERS_VERSION and peft==$PEFT_VERSION into .venv"
-        .venv/bin/pip install --quiet --progress-bar off --cache-dir "$PIP_CACHE" "torch==$TORCH_VERSION" \
+        "${PIP_INSTALL[@]}" "torch==$TORCH_VERSION" \
             "transformers==$TRANSFORMERS_VERSION" "peft==$PEFT_VERSION"
     fi
     if ! .venv/bin/python -c "
@@ -83,7 +82,7 @@ from importlib.metadata import version
 sys.exit(version('vowpalwabbit') != '$VOWPALWABBIT_VERSION' or version('mabwiser') != '$MABWISER_VERSION')
 " >/dev/null 2>&1; then
         echo "setup: installing vowpalwabbit==$VOWPALWABBIT_VERSION and mabwiser==$MABWISER_VERSION into .venv"
-        .venv/bin/pip install --quiet --progress-bar off --cache-dir "$PIP_CACHE" "torch==$TORCH_VERSION" \
+        "${PIP_INSTALL[@]}" "torch==$TORCH_VERSION" \
             "transformers==$TRANSFORMERS_VERSION" "peft==$PEFT_VERSION" \
             "vowpalwabbit==$VOWPALWABBIT_VERSION" "mabwiser==$MABWISER_VERSION"
     fi

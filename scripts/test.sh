@@ -32,35 +32,64 @@ stage_table() {
         total=$((total + stage_secs[i]))
     done
     printf '%6d  total\n' "$total"
-    if [ -n "${packages_secs:-}" ]; then
-        printf '%6d  Debian packages in the background, from setup until the test run waited for them\n' "$packages_secs"
-    fi
+    for i in "${!beside_names[@]}"; do
+        printf '%6s  beside the stages: %s\n' "${beside_secs[$i]:-?}" "${beside_names[$i]}"
+    done
 }
-# Debian's packages (PostgreSQL and Chromium; a fresh machine has neither) install in the
-# background from setup until the test run needs them: apt waits on its downloads while the
-# virtualenv and the build have the cores. Log: target/debian-packages.log.
+# Work begun beside the stages (`beside NAME COMMAND…`) and waited for where a stage needs it
+# (`await NAME`): installs that wait on the network and the disk run while the build has the
+# cores. Each one's log is target/beside-NAME.log (printed when it is awaited), its wall time a
+# line under the stage table.
 mkdir -p target
-packages_pid=""
-stop_packages() {
-    if [ -n "$packages_pid" ]; then kill "$packages_pid" 2>/dev/null || true; fi
+beside_names=()
+beside_pids=()
+beside_started=()
+beside_secs=()
+beside() {
+    local name=$1
+    shift
+    ("$@") > "target/beside-$name.log" 2>&1 &
+    beside_names+=("$name")
+    beside_pids+=($!)
+    beside_started+=("$(date +%s)")
 }
-trap 'stop_packages; stage_table' EXIT
+stop_beside() {
+    local pid
+    for pid in "${beside_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+}
+await() {
+    local i status=0
+    for i in "${!beside_names[@]}"; do
+        if [ "${beside_names[$i]}" = "$1" ]; then
+            wait "${beside_pids[$i]}" || status=$?
+            beside_secs[i]=$(($(date +%s) - beside_started[i]))
+            cat "target/beside-$1.log"
+            if [ "$status" -ne 0 ]; then
+                echo "test: $1 (beside the stages) failed with exit $status; its output is above" >&2
+                exit "$status"
+            fi
+            return 0
+        fi
+    done
+    echo "test: nothing named $1 was begun" >&2
+    exit 1
+}
+trap 'stop_beside; stage_table' EXIT
 
-stage "setup (.venv with torch and the Python peers; beside it, Debian's PostgreSQL and Chromium)"
-packages_started=$(date +%s)
-ARC_REC_WITH_BROWSER=1 ARC_REC_SKIP_TORCH=1 scripts/setup.sh > target/debian-packages.log 2>&1 &
-packages_pid=$!
-ARC_REC_SKIP_SYSTEM=1 scripts/setup.sh
+stage "setup (.venv with torch; beside the stages: Debian's PostgreSQL and Chromium, then the Python peers and .venv-verl)"
+# Debian's packages (PostgreSQL and Chromium; a fresh machine has neither): apt waits on its
+# downloads while the virtualenv and the build have the cores.
+beside debian-packages env ARC_REC_WITH_BROWSER=1 ARC_REC_SKIP_TORCH=1 scripts/setup.sh
+# torch first and alone: the build needs its libtorch.
+ARC_REC_SKIP_SYSTEM=1 ARC_REC_PYTHON_PEERS=0 scripts/setup.sh
+# The tests' Python peers (transformers, peft, Vowpal Wabbit, MABWiser) into .venv, then verl and
+# the integration into .venv-verl, whose torch is .venv's hard-linked (scripts/verl/share_torch.py):
+# one after the other (the second reads what the first may still change), both beside the build.
+beside python-envs bash -c 'ARC_REC_SKIP_SYSTEM=1 scripts/setup.sh && scripts/verl/setup.sh'
 if ! cargo nextest --version >/dev/null 2>&1; then
     echo "test: installing cargo-nextest (crates.io), the test runner"
     cargo install --locked cargo-nextest
 fi
-stage "verl setup (.venv-verl)"
-# verl and the integration in their own virtualenv (.venv-verl), for the through-verl checks
-# (registry, RLHFDataset) at the end; after .venv, whose torch wheel it reads from the pip cache.
-# Not beside the build: unpacking and byte-compiling ~3 GB of wheels takes a core, and there the
-# build took 892 s instead of 577 (the install itself 416 s instead of 193).
-scripts/verl/setup.sh
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
 
@@ -73,7 +102,7 @@ cleanup() {
     fi
     rm -rf "$ARC_REC_TEST_PG_DIR"
 }
-trap 'stop_packages; cleanup; stage_table' EXIT
+trap 'stop_beside; cleanup; stage_table' EXIT
 cleanup
 
 stage "cargo fmt --check"
@@ -89,33 +118,32 @@ stage "build and lint every test binary (clippy, warnings are errors)"
 cargo nextest run --workspace --locked --no-run
 # The one target no test binary covers: bandit's criterion bench (`cargo clippy --all-targets`).
 cargo test --locked -p bandit --benches --no-run
-stage "wait for Debian's PostgreSQL and Chromium, begun beside setup"
-packages_status=0
-wait "$packages_pid" || packages_status=$?
-packages_pid=""
-cat target/debian-packages.log
-if [ "$packages_status" -ne 0 ]; then
-    echo "test: installing Debian's packages failed (exit $packages_status); the output is above" >&2
-    exit "$packages_status"
-fi
-packages_secs=$(($(date +%s) - packages_started))
+stage "wait for what began beside the stages (Debian's packages, the Python peers, .venv-verl)"
+await debian-packages
+await python-envs
 stage "cargo nextest run (every test of the workspace; slow tests named)"
 # nextest runs a test per core at once; each that trains starts libtorch, whose OpenMP pool would
 # take a thread per core and spin-wait, so two such tests on two cores fight for four spinning
 # threads (measured: the learned-grader and model-candidates tests took 4 min 46 s together, 2 min
 # 27 s with one thread each). A run alone, like the quick start's, keeps libtorch's default.
 OMP_NUM_THREADS=1 cargo nextest run --workspace --locked
-stage "experiments/ harnesses' Python tests (the tables' bootstraps, the exploration data)"
-.venv/bin/python experiments/test_rft_experiment_table.py
-.venv/bin/python experiments/test_pipeline_table.py
-.venv/bin/python experiments/test_exploration_data.py
-stage "bench bandit's peers (Vowpal Wabbit, MABWiser) learn and see every candidate"
-.venv/bin/python bench/test_peers.py
-stage "the verl integration's Python tests (arc-rec's estimators against the Rust figures)"
-(cd integrations/verl && ../../.venv/bin/python -m unittest discover -s tests -t .)
-stage "the same through verl's own registry (.venv-verl)"
-(cd integrations/verl && ../../.venv-verl/bin/python -m unittest discover -s tests -t .)
-# Last: it replaces target/debug/arc-rec, which the integration tests run, with the service built
-# without libtorch. The dependencies' features are unified (Cargo.toml), so only arc-rec compiles.
-stage "build and lint the service without libtorch (--no-default-features)"
+# The Python checks and the service without libtorch, side by side: that build is mostly one
+# crate's compile on one core, the Python checks mostly one interpreter on the other.
+python_checks() {
+    set -e
+    echo "== experiments/ harnesses' Python tests (the tables' bootstraps, the exploration data)"
+    .venv/bin/python experiments/test_rft_experiment_table.py
+    .venv/bin/python experiments/test_pipeline_table.py
+    .venv/bin/python experiments/test_exploration_data.py
+    echo "== bench bandit's peers (Vowpal Wabbit, MABWiser) learn and see every candidate"
+    .venv/bin/python bench/test_peers.py
+    echo "== the verl integration's Python tests (arc-rec's estimators against the Rust figures)"
+    (cd integrations/verl && ../../.venv/bin/python -m unittest discover -s tests -t .)
+    echo "== the same through verl's own registry (.venv-verl)"
+    (cd integrations/verl && ../../.venv-verl/bin/python -m unittest discover -s tests -t .)
+}
+stage "the Python checks, beside: build and lint the service without libtorch (--no-default-features)"
+beside python-checks python_checks
+# The dependencies' features are unified (Cargo.toml), so only arc-rec compiles.
 cargo build --locked -p arc-rec --no-default-features --bin arc-rec
+await python-checks

@@ -38,10 +38,10 @@ fn train(db_url: &str, dir: &Path, out: &Path) -> String {
         .arg("--out")
         .arg(out)
         .args(world_grader_args())
-        // Enough warm-up on accepted recommendations that the tiny model writes parseable ones:
-        // 70 steps at a constant rate reach a loss of about 0.1 per token, and 38 of 92 sampled
-        // recommendations pass the format check (60 steps of a cosine schedule: 2 of 92).
-        .args(["--sft-steps", "70", "--lr-schedule", "constant"])
+        // A short warm-up: the grammar keeps the tiny model's recommendations well-formed, and 10
+        // steps at a constant rate already give serving dozens to write (measured: 53 of 64
+        // valid, 41 written; 70 steps: 59 valid, 32 written, in five times the training time).
+        .args(["--sft-steps", "10", "--lr-schedule", "constant"])
         .args(["--steps", "2", "--k", "2", "--n", "4"])
         .args(["--prompts-per-step", "2", "--max-new-tokens", "48"])
         .args(["--device", "cpu", "--seed", "7"]));

@@ -205,7 +205,7 @@ async fn wrong_embedding_dimension_is_named() {
         "--seed",
         "4",
         "--outcomes",
-        "1500",
+        "500",
         "--orgs",
         "acme",
         "--embedding-dim",
