@@ -5,12 +5,8 @@
 //! radii (see `clustering::eval` and the README's figures): the reduced failure vectors form
 //! compact, roughly spherical groups, and DBSCAN either merged modes or shed many points as noise.
 
-use linfa::DatasetBase;
-use linfa::traits::{Fit, Predict};
-use linfa_clustering::KMeans;
+use clustering_kernels::KMeansSettings;
 use ndarray::{Array1, Array2, Axis};
-use rand_xoshiro::Xoshiro256Plus;
-use rand_xoshiro::rand_core::SeedableRng;
 
 use super::ClusterError;
 
@@ -18,6 +14,13 @@ use super::ClusterError;
 /// structure" floor) to replace them: with a handful of equally distant groups every merge scores
 /// a little above the singletons' 0 without meaning anything.
 const MIN_GROUPING_SILHOUETTE: f64 = 0.25;
+
+/// Each k-means fit: the best of six k-means++ starts.
+const KMEANS: KMeansSettings = KMeansSettings {
+    runs: 6,
+    max_iterations: 200,
+    tolerance: 1e-6,
+};
 
 /// Points the silhouette is computed on at most (it is quadratic).
 const SILHOUETTE_SAMPLE: usize = 1500;
@@ -105,16 +108,10 @@ fn fit_k(x: &Array2<f64>, k: usize, seed: u64) -> Result<Partition, ClusterError
             tried: Vec::new(),
         });
     }
-    let dataset = DatasetBase::from(x.clone());
-    let rng = Xoshiro256Plus::seed_from_u64(seed ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let model = KMeans::params_with_rng(k, rng)
-        .n_runs(6)
-        .max_n_iterations(200)
-        .tolerance(1e-6)
-        .fit(&dataset)
+    let seed = seed ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let labels = clustering_kernels::kmeans(x, k, seed, KMEANS)
         .map_err(|e| ClusterError::Clustering(e.to_string()))?;
-    let labels: Array1<usize> = model.predict(x);
-    Ok(partition_of(x, &labels.to_vec()))
+    Ok(partition_of(x, &labels))
 }
 
 /// Centroids from memberships, clusters renumbered densely (empty ones dropped), so every

@@ -6,10 +6,6 @@
 //! of variance (few failures, a 3-dimensional client embedding) the missing components are zero,
 //! so the bandit's context size never depends on the data.
 
-use linfa::DatasetBase;
-use linfa::traits::Fit;
-use linfa_linalg::eigh::Eigh;
-use linfa_reduction::Pca;
 use ndarray::{Array1, Array2, Axis};
 
 use super::ClusterError;
@@ -228,20 +224,13 @@ fn top_components(x: &Array2<f64>, k: usize) -> Result<(Array2<f64>, Vec<f64>), 
     if small <= 400 || small < 5 * k + 10 {
         return dense_components(x, k);
     }
-    let dataset = DatasetBase::from(x.clone());
-    // linfa's LOBPCG can panic (NaN ordering) on numerically broken input; keep that from
-    // reaching the caller and fall back to the dense solver.
-    let fitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        Pca::params(k).fit(&dataset)
-    }));
-    match fitted {
-        Ok(Ok(pca)) => {
-            let components = pca.components().clone();
-            let values: Vec<f64> = pca.singular_values().iter().map(|s| s * s).collect();
-            if components.iter().all(|v| v.is_finite()) && components.nrows() > 0 {
-                return Ok((components, values));
-            }
-            dense_components(x, k)
+    // LOBPCG fails (or panics, which the kernel catches) on numerically broken input: fall back
+    // to the dense solver.
+    match clustering_kernels::pca(x, k) {
+        Some((components, values))
+            if components.iter().all(|v| v.is_finite()) && components.nrows() > 0 =>
+        {
+            Ok((components, values))
         }
         _ => dense_components(x, k),
     }
@@ -256,8 +245,7 @@ fn dense_components(x: &Array2<f64>, k: usize) -> Result<(Array2<f64>, Vec<f64>)
     } else {
         x.dot(&x.t())
     };
-    let (values, vectors) = gram
-        .eigh()
+    let (values, vectors) = clustering_kernels::symmetric_eigh(&gram)
         .map_err(|e| ClusterError::Reduction(e.to_string()))?;
     let mut order: Vec<usize> = (0..values.len()).collect();
     order.sort_by(|&a, &b| values[b].total_cmp(&values[a]));
