@@ -33,7 +33,7 @@ stage_table() {
     done
     printf '%6d  total\n' "$total"
     for i in "${!beside_names[@]}"; do
-        printf '%6s  beside the stages: %s\n' "${beside_secs[$i]:-?}" "${beside_names[$i]}"
+        printf '%6s  beside the stages (its own wall time): %s\n' "${beside_secs[$i]:-?}" "${beside_names[$i]}"
     done
 }
 # Work begun beside the stages (`beside NAME COMMAND…`) and waited for where a stage needs it
@@ -48,7 +48,9 @@ beside_secs=()
 beside() {
     local name=$1
     shift
-    ("$@") > "target/beside-$name.log" 2>&1 &
+    rm -f "target/beside-$name.end"
+    # The job notes when it ends, so its own wall time is known however late it is awaited.
+    ( ("$@") > "target/beside-$name.log" 2>&1; status=$?; date +%s > "target/beside-$name.end"; exit $status ) &
     beside_names+=("$name")
     beside_pids+=($!)
     beside_started+=("$(date +%s)")
@@ -62,7 +64,7 @@ await() {
     for i in "${!beside_names[@]}"; do
         if [ "${beside_names[$i]}" = "$1" ]; then
             wait "${beside_pids[$i]}" || status=$?
-            beside_secs[i]=$(($(date +%s) - beside_started[i]))
+            beside_secs[i]=$(($(cat "target/beside-$1.end" 2>/dev/null || date +%s) - beside_started[i]))
             cat "target/beside-$1.log"
             if [ "$status" -ne 0 ]; then
                 echo "test: $1 (beside the stages) failed with exit $status; its output is above" >&2
