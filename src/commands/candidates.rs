@@ -129,8 +129,8 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
     let harvests = harvest_all(&contexts, &generated, &run.model_version, &indexes);
     let mut gathered = gather(&contexts, &harvests, &stored_clusters);
     if let Some(grader) = &grader {
-        let means = price(grader, &contexts, &harvests, &mut gathered.rows)?;
-        print_priors(&means);
+        let means = price(grader, &contexts, &harvests, &mut gathered)?;
+        print_priors(&means, gathered.total().floored);
     }
     refuse_nothing_usable(&gathered)?;
     let notes = notes(&gathered);
@@ -262,7 +262,7 @@ fn generate_with_progress(
     generated
 }
 
-fn print_priors(means: &[f64]) {
+fn print_priors(means: &[f64], floored: usize) {
     if let (Some(min), Some(max)) = (means.first(), means.last()) {
         println!(
             "priced {} candidates with the learned grader: prior P(accept) {min:.3} (min) / {:.3} (median) / {max:.3} (max)",
@@ -270,13 +270,24 @@ fn print_priors(means: &[f64]) {
             means[means.len() / 2],
         );
     }
+    if floored > 0 {
+        println!(
+            "{floored} more priced at the learned grader's floor (P(accept) 0: outside the data's support wherever proposed) are not written"
+        );
+    }
 }
 
 /// Fails, writing nothing, when no candidate passed.
 fn refuse_nothing_usable(gathered: &Gathered) -> anyhow::Result<()> {
     let total = gathered.total();
-    if total.passed > 0 {
+    if total.rows > 0 {
         return Ok(());
+    }
+    if total.passed > 0 {
+        bail!(
+            "the model produced no usable candidate: all {} candidates that passed the format check and the hard constraints were priced at the learned grader's floor (P(accept) 0: outside the data's support); nothing was written (--prior none writes them without priors)",
+            total.floored
+        );
     }
     let errors = gathered.format_errors_text();
     bail!(
@@ -342,13 +353,14 @@ async fn save(
 
 fn print_summary(gathered: &Gathered) {
     println!(
-        "{:<16} {:>8} {:>9} {:>6} {:>7} {:>6} {:>7} {:>5} {:>8} {:>11}",
+        "{:<16} {:>8} {:>9} {:>6} {:>7} {:>6} {:>5} {:>7} {:>5} {:>8} {:>11}",
         "organization",
         "contexts",
         "generated",
         "valid",
         "unknown",
         "passed",
+        "floor",
         "written",
         "new",
         "updated",
@@ -356,12 +368,13 @@ fn print_summary(gathered: &Gathered) {
     );
     let line = |org: &str, s: &OrgSummary| {
         println!(
-            "{org:<16} {:>8} {:>9} {:>6} {:>7} {:>6} {:>7} {:>5} {:>8} {:>11}",
+            "{org:<16} {:>8} {:>9} {:>6} {:>7} {:>6} {:>5} {:>7} {:>5} {:>8} {:>11}",
             s.contexts,
             s.generated,
             s.valid,
             s.unknown,
             s.passed,
+            s.floored,
             s.rows,
             s.saved.inserted,
             s.saved.updated,
@@ -375,7 +388,8 @@ fn print_summary(gathered: &Gathered) {
     println!(
         "valid: passed the graders' format check; unknown: valid, but bringing in a model or tool \
          the organization has never run (dropped); passed: valid, no unknown name, and serving's \
-         hard constraints (a valid configuration after the diff, a real change, no two alike in a context); written: rows of \
+         hard constraints (a valid configuration after the diff, a real change, no two alike in a context); floor: \
+         priced at the learned grader's floor, P(accept) 0 (not written); written: rows of \
          candidate_recommendations (a candidate proposed in several clusters is one row, for any \
          cluster); for cluster: rows tied to one failure cluster, the others serve every cluster"
     );

@@ -575,7 +575,7 @@ fn max_relative_difference(a: &[f64], b: &[f64]) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use serde_json::json;
@@ -591,7 +591,7 @@ mod tests {
 
     /// A context with timeouts, where people approved a longer timeout four times in five and a
     /// cooler temperature one time in five.
-    fn prompt(n: usize) -> RftPrompt {
+    pub(crate) fn prompt(n: usize) -> RftPrompt {
         let decisions = (0..10)
             .map(|i| {
                 let (diff, approved) = if i % 2 == 0 {
@@ -626,7 +626,7 @@ mod tests {
         }
     }
 
-    fn fitted(prompts: &[RftPrompt]) -> LearnedGrader {
+    pub(crate) fn fitted(prompts: &[RftPrompt]) -> LearnedGrader {
         LearnedGrader::fit(
             prompts,
             vec![CandidateIndex::empty("acme")],

@@ -302,6 +302,9 @@ pub struct OrgSummary {
     pub unknown: usize,
     /// Valid ones with no unknown name that pass serving's hard constraints.
     pub passed: usize,
+    /// Rows priced at the learned grader's floor, p = 0 (outside the data's support in every
+    /// context that proposed it), and so not stored ([`price`]).
+    pub floored: usize,
     /// Rows to store (a candidate proposed in several contexts is one row).
     pub rows: usize,
     /// Rows tied to one failure cluster.
@@ -317,6 +320,7 @@ impl OrgSummary {
         self.valid += other.valid;
         self.unknown += other.unknown;
         self.passed += other.passed;
+        self.floored += other.floored;
         self.rows += other.rows;
         self.for_cluster += other.for_cluster;
         self.saved.inserted += other.saved.inserted;
@@ -384,15 +388,20 @@ pub fn gather(
         .into_iter()
         .map(|(org, per_context)| (org.to_owned(), merge_clusters(per_context)))
         .collect();
-    for (org, rows) in &gathered.rows {
-        let summary = gathered.summaries.entry(org.clone()).or_default();
-        summary.rows = rows.len();
-        summary.for_cluster = rows.iter().filter(|(c, _)| c.is_some()).count();
-    }
+    gathered.count_rows();
     gathered
 }
 
 impl Gathered {
+    /// Each organization's summary counts its rows as they are now.
+    fn count_rows(&mut self) {
+        for (org, rows) in &self.rows {
+            let summary = self.summaries.entry(org.clone()).or_default();
+            summary.rows = rows.len();
+            summary.for_cluster = rows.iter().filter(|(c, _)| c.is_some()).count();
+        }
+    }
+
     /// Every organization's figures summed.
     pub fn total(&self) -> OrgSummary {
         let mut total = OrgSummary::default();
@@ -418,12 +427,22 @@ impl Gathered {
 }
 
 /// Stores with every candidate the learned grader's prior over the contexts that proposed it
-/// ([`LearnedGrader::prior`]); returns the priors' means, sorted, to show how they spread.
+/// ([`LearnedGrader::prior`]), and drops the candidates it prices at its floor (mean 0: outside
+/// the data's support in every such context, since inside it σ(μ) > 0), counting them in the
+/// summaries; returns the kept priors' means, sorted, to show how they spread.
+///
+/// Why drop rather than store with the floor's uncertainty: serving ranks a priced candidate by
+/// the shared model's score of its features plus its prior (`recommend::engine::prior_offset`),
+/// so a prior of 0 ± 0 adds nothing and the idea ranks as a heuristic with the same features
+/// would: a one-second timeout for a rate-limit failure headed the quick start's answer that way.
+/// The floor is the grader's "never seen anything like it", which RL's reward also scored 0, and
+/// with no exploration share that could measure such ideas at a bounded price, showing them is
+/// all cost.
 pub fn price(
     grader: &LearnedGrader,
     contexts: &[ServingContext<'_>],
     harvests: &[Harvest],
-    rows: &mut BTreeMap<String, Vec<StoredCandidate>>,
+    gathered: &mut Gathered,
 ) -> Result<Vec<f64>, PriceError> {
     let mut proposed: BTreeMap<(&str, &str), Vec<(&RftPrompt, &serde_json::Value)>> =
         BTreeMap::new();
@@ -436,8 +455,9 @@ pub fn price(
         }
     }
     let mut means = Vec::new();
-    for (org, org_rows) in rows.iter_mut() {
-        for (_, candidate) in org_rows.iter_mut() {
+    for (org, org_rows) in gathered.rows.iter_mut() {
+        let mut kept = Vec::with_capacity(org_rows.len());
+        for (cluster, mut candidate) in std::mem::take(org_rows) {
             let contexts = proposed
                 .get(&(org.as_str(), candidate.candidate_id.as_str()))
                 .cloned()
@@ -450,11 +470,18 @@ pub fn price(
             if let (Some(prior), CandidateSource::Model { prior: slot, .. }) =
                 (prior, &mut candidate.source)
             {
+                if prior.mean == 0.0 {
+                    gathered.summaries.entry(org.clone()).or_default().floored += 1;
+                    continue;
+                }
                 means.push(prior.mean);
                 *slot = Some(prior);
             }
+            kept.push((cluster, candidate));
         }
+        *org_rows = kept;
     }
+    gathered.count_rows();
     means.sort_by(f64::total_cmp);
     Ok(means)
 }
@@ -552,6 +579,53 @@ mod tests {
                 contexts[0].config_examples
             ),
             (3, 7, 4)
+        );
+    }
+
+    /// A candidate the learned grader prices at its floor (outside the data's support wherever
+    /// it was proposed) is not written but counted; one inside the support is written with its
+    /// prior.
+    #[test]
+    fn candidates_priced_at_the_floor_are_not_written() {
+        use crate::rft::learned_grader::tests::{fitted, prompt as decided};
+        let prompts: Vec<RftPrompt> = (0..30).map(decided).collect();
+        let grader = fitted(&prompts);
+        let fresh = decided(99);
+        let completions: Vec<String> = [
+            r#"{"type": "timeout_adjustment", "diff": {"timeout_s": 120}, "rationale": "Longer."}"#,
+            // Two seconds: below every timeout the organization's decisions hold.
+            r#"{"type": "timeout_adjustment", "diff": {"timeout_s": 2}, "rationale": "Shorter."}"#,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let harvests = vec![harvest(
+            &fresh,
+            &completions,
+            "rft-1",
+            &CandidateIndex::empty("acme"),
+        )];
+        assert_eq!(harvests[0].candidates.len(), 2, "{:?}", harvests[0]);
+        let contexts = vec![ServingContext {
+            org: "acme",
+            cluster: "timeout",
+            prompt: &fresh,
+            cluster_contexts: 1,
+            cluster_examples: 10,
+            config_examples: 10,
+        }];
+        let mut gathered = gather(&contexts, &harvests, &BTreeMap::new());
+        assert_eq!(gathered.total().rows, 2);
+        let means = price(&grader, &contexts, &harvests, &mut gathered).unwrap();
+        assert_eq!(means.len(), 1, "{means:?}");
+        assert!(means[0] > 0.5, "{means:?}");
+        let total = gathered.total();
+        assert_eq!((total.passed, total.floored, total.rows), (2, 1, 1));
+        let (_, kept) = &gathered.rows["acme"][0];
+        assert_eq!(kept.diff, json!({"timeout_s": 120}));
+        assert!(
+            matches!(&kept.source, CandidateSource::Model { prior: Some(p), .. } if p.mean > 0.5),
+            "{:?}",
+            kept.source
         );
     }
 
