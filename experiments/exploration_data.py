@@ -6,9 +6,10 @@ experiments/exploration-round.sh.
     exploration_data.py flip DATA OUT
     exploration_data.py augment DATA SAMPLES OUT TAG
 
-`flip` writes DATA (an `arc-rec export --format arc` file) with its train and validation splits
-swapped, so that `arc-rec eval` on a run pointed at it samples the *train* prompts (the held-out
-ones stay unseen). `augment` writes DATA plus one logged decision per well-formed sampled
+`flip` writes DATA (an `arc-rec export --format arc` file) with its train and test splits swapped,
+so that `arc-rec eval` on a run pointed at it (eval reports on test) samples the *train* prompts
+(the held-out ones stay unseen: validation stays validation, test becomes train). `augment`
+writes DATA plus one logged decision per well-formed sampled
 completion of SAMPLES (`arc-rec eval --grader world --samples-out` on such a run: each sample's
 `accepted` is the world's answer to it in its context): a copy of the prompt's first example line
 with the sample's recommendation and the world's verdict, id `<first id>~TAG-<line>` (after every
@@ -68,7 +69,7 @@ def write_lines(path, lines):
 def flip(data, out):
     lines = read_lines(data)
     for line in lines:
-        line["split"] = {"train": "validation", "validation": "train"}[line["split"]]
+        line["split"] = {"train": "test", "test": "train", "validation": "validation"}[line["split"]]
     write_lines(out, lines)
     return len(lines)
 

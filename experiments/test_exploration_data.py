@@ -92,7 +92,7 @@ class ExplorationDataTest(unittest.TestCase):
             self.assertEqual(exploration_data.flip(data, out), 4)
             flipped = exploration_data.read_lines(out)
             self.assertEqual(
-                [line["split"] for line in flipped], ["validation", "validation", "train", "validation"]
+                [line["split"] for line in flipped], ["test", "test", "validation", "test"]
             )
 
 

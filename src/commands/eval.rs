@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use anyhow::bail;
 use clap::Args;
 
+use crate::export::Split;
 use crate::rft::GraderKind;
 use crate::training::baselines::Baselines;
 use crate::training::eval_run::{EvalReport, EvalRun, write_report};
@@ -69,6 +70,12 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     args.validate()?;
     let run = EvalRun::open(&args.run)?;
     let held_out = run.held_out(args.max_prompts)?;
+    if run.dataset.reported_split() == Split::Validation && !args.json {
+        println!(
+            "note: {} has no test split (exported before `export --test-percent` existed): reporting on validation, which checkpoint selection may have looked at",
+            run.settings.data.display()
+        );
+    }
     let grader_kind = args.grader.unwrap_or(run.settings.grader);
     let grader = run.grader(grader_kind, &held_out)?;
     let baselines = run.baselines(&grader, &held_out)?;
@@ -87,7 +94,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     let models = run.models(&args.models)?;
     if !args.json {
         println!(
-            "evaluating {} of run {} on {} held-out prompts of {} (n = {}, grader {}) on {}",
+            "evaluating {} of run {} on {} {} prompts of {} (n = {}, grader {}) on {}",
             models
                 .iter()
                 .map(|(m, _)| m.label())
@@ -95,6 +102,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
                 .join(", "),
             args.run.display(),
             held_out.len(),
+            run.dataset.reported_split().name(),
             run.settings.data.display(),
             args.n,
             grader_kind.as_str(),

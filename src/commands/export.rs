@@ -8,7 +8,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use clap::Args;
 
 use crate::export::{
-    ExportFormat, ExportOptions, ExportSummary, Split, export_to_file, export_to_writer,
+    ExportFormat, ExportOptions, ExportSummary, Holdout, Split, export_to_file, export_to_writer,
 };
 use crate::progress;
 use crate::rft::RftDataset;
@@ -41,9 +41,14 @@ pub struct ExportArgs {
     /// that of its smallest example id, as `arc-rec train` reads it).
     #[arg(long, value_enum)]
     pub split: Option<Split>,
-    /// Percentage of examples held out for validation (by a hash of the example id).
+    /// Percentage of examples held out for validation (by a hash of the example id): what
+    /// choices between checkpoints and settings look at.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub validation_percent: u8,
+    /// Percentage of examples held out for test (the next buckets of the same hash): what `eval`
+    /// reports on, which nothing was chosen on.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub test_percent: u8,
     /// Only accepted recommendations (always so for --format chat).
     #[arg(long)]
     pub accepted_only: bool,
@@ -115,7 +120,10 @@ impl ExportArgs {
             format: self.format.lines(),
             // verl's rows group every example of a context into one prompt first.
             split: self.split.filter(|_| self.format != FormatArg::Verl),
-            validation_percent: self.validation_percent,
+            holdout: Holdout {
+                validation_percent: self.validation_percent,
+                test_percent: self.test_percent,
+            },
             accepted_only: self.accepted_only,
         }
     }
@@ -133,6 +141,12 @@ pub async fn run(
             "--since ({since}) must be before --until ({until})"
         );
     }
+    anyhow::ensure!(
+        u16::from(args.validation_percent) + u16::from(args.test_percent) <= 100,
+        "--validation-percent ({}) and --test-percent ({}) hold out more than 100 percent together",
+        args.validation_percent,
+        args.test_percent
+    );
     if args.format == FormatArg::Verl {
         return run_verl(args, database, metrics).await;
     }
@@ -223,10 +237,11 @@ fn print_summary(args: &ExportArgs, summary: &ExportSummary) -> anyhow::Result<(
         eprintln!("{}", serde_json::to_string(summary)?);
     } else {
         eprintln!(
-            "wrote {} examples ({} train, {} validation; {} accepted, {} rejected; {:.1} MB) to {}",
+            "wrote {} examples ({} train, {} validation, {} test; {} accepted, {} rejected; {:.1} MB) to {}",
             summary.examples_written,
             summary.train,
             summary.validation,
+            summary.test,
             summary.accepted,
             summary.rejected,
             summary.bytes_written as f64 / 1e6,

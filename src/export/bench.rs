@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::{ExportError, ExportFormat, ExportOptions, export_to_file};
+use super::{ExportError, ExportFormat, ExportOptions, Holdout, export_to_file};
 use crate::storage::Database;
 use crate::storage::export_rows::{ExportFilter, export_sql};
 
@@ -58,7 +58,10 @@ pub async fn measure(database: &Database, repeat: u32) -> Result<ExportBench, Ex
         filter: ExportFilter::default(),
         format: ExportFormat::Arc,
         split: None,
-        validation_percent: 10,
+        holdout: Holdout {
+            validation_percent: 10,
+            test_percent: 10,
+        },
         accepted_only: false,
     };
     let mut ours_times = Vec::new();

@@ -26,27 +26,60 @@ pub enum ExportFormat {
     Chat,
 }
 
-/// Train or validation, decided by a hash of the example's id so it never changes between runs.
+/// Train, validation or test, decided by a hash of the example's id so it never changes between
+/// runs. Training learns on train, choices between checkpoints or settings look at validation, and
+/// reported figures come from test, which nothing was chosen on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Split {
     Train,
     Validation,
+    Test,
+}
+
+/// How many examples in a hundred each held-out split takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holdout {
+    pub validation_percent: u8,
+    pub test_percent: u8,
+}
+
+impl Holdout {
+    /// Everything in train.
+    pub const NONE: Holdout = Holdout {
+        validation_percent: 0,
+        test_percent: 0,
+    };
 }
 
 impl Split {
-    /// The split of example `org/id` when `validation_percent` of examples are held out.
-    pub fn of(org: &str, id: &str, validation_percent: u8) -> Split {
+    /// The split of example `org/id`: its hash's bucket (0–99) below `validation_percent` is
+    /// validation, the next `test_percent` buckets test, the rest train. So validation is the same
+    /// examples whatever the test share, and an export made before the test split existed (test
+    /// share 0) assigned every example as this does with its validation share.
+    pub fn of(org: &str, id: &str, holdout: Holdout) -> Split {
         let digest = Sha256::new()
             .chain_update(org)
             .chain_update(b"/")
             .chain_update(id)
             .finalize();
         let bucket = u64::from_be_bytes(digest[..8].try_into().expect("sha256 has 32 bytes")) % 100;
-        if bucket < u64::from(validation_percent) {
+        let validation = u64::from(holdout.validation_percent);
+        if bucket < validation {
             Split::Validation
+        } else if bucket < validation + u64::from(holdout.test_percent) {
+            Split::Test
         } else {
             Split::Train
+        }
+    }
+
+    /// The split's name in files and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Validation => "validation",
+            Split::Test => "test",
         }
     }
 }
@@ -185,7 +218,7 @@ impl PromptContext {
 
 impl TrainingExample {
     /// Builds the example from a query row.
-    pub fn from_row(row: ExportRow, validation_percent: u8) -> Self {
+    pub fn from_row(row: ExportRow, holdout: Holdout) -> Self {
         let failures: Vec<FailureGroup> = row
             .failures
             .clone()
@@ -221,7 +254,7 @@ impl TrainingExample {
         let failure_summary = summarize_failures(&row, &failures, &failing_tools);
         Self {
             id: format!("{}/{}", row.org_id, row.diff_id),
-            split: Split::of(&row.org_id, &row.diff_id, validation_percent),
+            split: Split::of(&row.org_id, &row.diff_id, holdout),
             org: row.org_id,
             diff_id: row.diff_id,
             config_id: row.config_id,
@@ -349,13 +382,34 @@ mod tests {
 
     #[test]
     fn split_is_deterministic_and_near_the_requested_share() {
-        let validation = (0..10_000)
-            .filter(|i| Split::of("acme", &format!("d{i}"), 10) == Split::Validation)
-            .count();
-        assert!((800..1200).contains(&validation), "{validation}");
-        assert_eq!(Split::of("acme", "d1", 10), Split::of("acme", "d1", 10));
-        assert_eq!(Split::of("acme", "d1", 0), Split::Train);
-        assert_eq!(Split::of("acme", "d1", 100), Split::Validation);
+        let holdout = |validation_percent, test_percent| Holdout {
+            validation_percent,
+            test_percent,
+        };
+        let splits: Vec<Split> = (0..10_000)
+            .map(|i| Split::of("acme", &format!("d{i}"), holdout(10, 15)))
+            .collect();
+        let count = |split| splits.iter().filter(|&&s| s == split).count();
+        assert!(
+            (800..1200).contains(&count(Split::Validation)),
+            "{splits:?}"
+        );
+        assert!((1250..1750).contains(&count(Split::Test)));
+        assert_eq!(
+            Split::of("acme", "d1", holdout(10, 10)),
+            Split::of("acme", "d1", holdout(10, 10))
+        );
+        assert_eq!(Split::of("acme", "d1", Holdout::NONE), Split::Train);
+        assert_eq!(Split::of("acme", "d1", holdout(100, 0)), Split::Validation);
+        assert_eq!(Split::of("acme", "d1", holdout(0, 100)), Split::Test);
+        // The test share takes from train only: validation is what it was without it, as in an
+        // export made before the test split existed.
+        for i in 0..2_000 {
+            let id = format!("d{i}");
+            let old = Split::of("acme", &id, holdout(10, 0));
+            let new = Split::of("acme", &id, holdout(10, 10));
+            assert_eq!(old == Split::Validation, new == Split::Validation, "{id}");
+        }
     }
 
     #[test]

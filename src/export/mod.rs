@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use indicatif::ProgressBar;
 
-pub use example::{ExportFormat, Split, TrainingExample};
+pub use example::{ExportFormat, Holdout, Split, TrainingExample};
 
 use crate::storage::export_rows::{self, ExportFilter};
 use crate::storage::{Database, StorageError};
@@ -28,8 +28,8 @@ pub struct ExportOptions {
     pub format: ExportFormat,
     /// Only this split.
     pub split: Option<Split>,
-    /// Percentage of examples in the validation split.
-    pub validation_percent: u8,
+    /// How many examples in a hundred the validation and test splits take.
+    pub holdout: Holdout,
     /// Only accepted recommendations (implied by the chat format).
     pub accepted_only: bool,
 }
@@ -44,6 +44,7 @@ pub struct ExportSummary {
     pub bytes_written: u64,
     pub train: u64,
     pub validation: u64,
+    pub test: u64,
     pub accepted: u64,
     pub rejected: u64,
 }
@@ -108,7 +109,7 @@ pub async fn export_to_writer<W: Write>(
     let accepted_only = options.accepted_only || options.format == ExportFormat::Chat;
     let rows = export_rows::for_each_row(database, &options.filter, |row| {
         progress.inc(1);
-        let example = TrainingExample::from_row(row, options.validation_percent);
+        let example = TrainingExample::from_row(row, options.holdout);
         if options.split.is_some_and(|s| s != example.split)
             || (accepted_only && !example.accepted())
         {
@@ -128,6 +129,7 @@ pub async fn export_to_writer<W: Write>(
         match example.split {
             Split::Train => summary.train += 1,
             Split::Validation => summary.validation += 1,
+            Split::Test => summary.test += 1,
         }
         if example.accepted() {
             summary.accepted += 1;

@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 use crate::domain::records::{
     ApprovalStatus, ConfigDiff, FailurePattern, Outcome, OutcomeStatus, RecordData,
 };
-use crate::export::TrainingExample;
 use crate::export::example::SYSTEM_PROMPT;
+use crate::export::{Holdout, TrainingExample};
 use crate::storage::export_rows::ExportRow;
 use crate::world::{World, WorldError, WorldParams};
 
@@ -179,7 +179,7 @@ impl HistoryIndex {
             failing_tools: before.map(top_failing_tools),
             cluster: None,
         };
-        Some(TrainingExample::from_row(row, 0))
+        Some(TrainingExample::from_row(row, Holdout::NONE))
     }
 }
 

@@ -259,6 +259,16 @@ impl RftDataset {
         self.prompts.iter().filter(|p| p.split == split).collect()
     }
 
+    /// The split figures are reported on: test, which nothing was chosen on; validation for an
+    /// export made before the test split existed (none of its prompts is in test).
+    pub fn reported_split(&self) -> Split {
+        if self.prompts.iter().any(|p| p.split == Split::Test) {
+            Split::Test
+        } else {
+            Split::Validation
+        }
+    }
+
     /// The organizations its prompts belong to, sorted, each once.
     pub fn organizations(&self) -> Vec<String> {
         let orgs: std::collections::BTreeSet<&str> =
@@ -376,6 +386,26 @@ pub(crate) mod tests {
                 .ends_with("Recommend one configuration change as a JSON object.")
         );
         assert_eq!(data.split(Split::Train).len(), 2);
+    }
+
+    #[test]
+    fn figures_are_reported_on_test_and_on_validation_for_an_export_without_test() {
+        let diff = json!({"temperature": 0.2});
+        let old = [
+            line("d1", "c1", "approved", diff.clone(), "train"),
+            line("d2", "c2", "rejected", diff.clone(), "validation"),
+        ];
+        let data = read(&old.join("\n")).unwrap();
+        assert_eq!(data.reported_split(), Split::Validation);
+        let new = [
+            line("d1", "c1", "approved", diff.clone(), "train"),
+            line("d2", "c2", "rejected", diff.clone(), "validation"),
+            line("d3", "c3", "rejected", diff, "test"),
+        ];
+        let data = read(&new.join("\n")).unwrap();
+        assert_eq!(data.reported_split(), Split::Test);
+        assert_eq!(data.split(Split::Test).len(), 1);
+        assert_eq!(data.split(Split::Validation).len(), 1);
     }
 
     #[test]

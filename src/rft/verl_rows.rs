@@ -63,10 +63,7 @@ pub fn row(prompt: &RftPrompt, index: usize, world: Option<WorldOrigin>) -> Valu
             "prompt_id": prompt.id,
             "organization": prompt.org,
             "configuration_id": prompt.config_id,
-            "split": match prompt.split {
-                Split::Train => "train",
-                Split::Validation => "validation",
-            },
+            "split": prompt.split.name(),
             "cluster": prompt.cluster,
             "current_configuration": canonical_json(&prompt.current_config),
             "world_seed": world.map(|w| w.seed),
@@ -204,7 +201,7 @@ mod tests {
     #[test]
     fn a_split_keeps_its_prompts_and_numbers_them_from_zero() {
         let dataset = dataset();
-        for split in [Split::Train, Split::Validation] {
+        for split in [Split::Train, Split::Validation, Split::Test] {
             let mut out = Vec::new();
             let written = write_rows(&dataset, Some(split), None, &mut out).unwrap();
             let expected = dataset.split(split).len();

@@ -15,7 +15,6 @@ use super::evaluation::{
 use super::rollout::tokenize_prompts;
 use super::run_dir::{read_run_data, read_settings, run_grader, write_atomically};
 use super::settings::TrainSettings;
-use crate::export::Split;
 use crate::plot::{Panel, Series, write_png};
 use crate::rft::{Grader, GraderKind, RftDataset, RftPrompt};
 
@@ -61,12 +60,13 @@ impl EvalRun {
         })
     }
 
-    /// The validation prompts, the first `max_prompts` of them when given.
+    /// The prompts of the split figures are reported on ([`RftDataset::reported_split`]), the
+    /// first `max_prompts` of them when given.
     pub fn held_out(&self, max_prompts: Option<usize>) -> anyhow::Result<Vec<&RftPrompt>> {
-        let mut held_out = self.dataset.split(Split::Validation);
+        let mut held_out = self.dataset.split(self.dataset.reported_split());
         if held_out.is_empty() {
             bail!(
-                "{}: no validation prompt to evaluate on ({} prompts, all in train); export with a validation share",
+                "{}: no test or validation prompt to evaluate on ({} prompts, all in train); export with held-out shares (--test-percent, --validation-percent)",
                 self.settings.data.display(),
                 self.dataset.prompts.len()
             );
@@ -181,7 +181,7 @@ impl EvalRun {
         EvalReport {
             run: self.dir.clone(),
             data: self.settings.data.clone(),
-            split: "validation",
+            split: self.dataset.reported_split().name(),
             grader,
             n: settings.n,
             k: self.settings.k.min(settings.n),

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use arc_rec::export::{ExportFormat, ExportOptions, Split, export_to_file};
+use arc_rec::export::{ExportFormat, ExportOptions, Holdout, Split, export_to_file};
 use arc_rec::ingest::{BadLinePolicy, ingest_file};
 use arc_rec::storage::export_rows::ExportFilter;
 use chrono::{DateTime, Utc};
@@ -177,7 +177,10 @@ fn options(format: ExportFormat) -> ExportOptions {
         filter: ExportFilter::default(),
         format,
         split: None,
-        validation_percent: 10,
+        holdout: Holdout {
+            validation_percent: 10,
+            test_percent: 10,
+        },
         accepted_only: false,
     }
 }
@@ -277,14 +280,18 @@ async fn filters_select_by_time_cluster_and_split() {
     assert_eq!(export(&db, &opts).await.len(), 4);
 
     let mut opts = options(ExportFormat::Arc);
-    opts.validation_percent = 50;
-    opts.split = Some(Split::Train);
-    let train = export(&db, &opts).await;
-    opts.split = Some(Split::Validation);
-    let validation = export(&db, &opts).await;
-    assert_eq!(train.len() + validation.len(), 4);
-    assert!(train.iter().all(|r| r["split"] == "train"));
-    assert!(validation.iter().all(|r| r["split"] == "validation"));
+    opts.holdout = Holdout {
+        validation_percent: 40,
+        test_percent: 30,
+    };
+    let mut by_split = Vec::new();
+    for split in [Split::Train, Split::Validation, Split::Test] {
+        opts.split = Some(split);
+        let rows = export(&db, &opts).await;
+        assert!(rows.iter().all(|r| r["split"] == split.name()), "{rows:?}");
+        by_split.push(rows.len());
+    }
+    assert_eq!(by_split.iter().sum::<usize>(), 4, "{by_split:?}");
 }
 
 #[tokio::test]

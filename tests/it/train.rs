@@ -523,7 +523,7 @@ async fn eval_compares_the_base_warm_up_and_rl_models_on_held_out_prompts() {
             "--json",
         ]));
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(report["split"], "validation");
+    assert_eq!(report["split"], "test");
     assert_eq!(report["grader"], "world");
     let models = report["models"].as_array().unwrap();
     let names: Vec<&str> = models

@@ -151,7 +151,8 @@ async fn verl_rows_and_the_grader_process_give_eval_s_rewards() {
         .args(["--device", "cpu", "--seed", "5", "--json", "--samples-out"])
         .arg(&samples_path));
     let samples = lines(&samples_path);
-    let held_out = validation.len().min(4);
+    // eval samples the split it reports on: test.
+    let held_out = dataset.split(dataset.reported_split()).len().min(4);
     assert_eq!(
         samples.len(),
         2 * held_out * (3 + 1),
