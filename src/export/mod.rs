@@ -3,7 +3,7 @@
 //! Every decided past recommendation (an approved or rejected config diff) becomes an example:
 //! the prompt context (failure summary from trajectories and failure patterns, the current
 //! config, the user), the recommendation (type, diff, rationale), the reward by the plan's rules
-//! and a deterministic train/validation split. Rows stream from a server-side cursor into a
+//! and a deterministic train/validation/test split. Rows stream from a server-side cursor into a
 //! temporary file that is renamed over the target only when complete.
 
 pub mod bench;
