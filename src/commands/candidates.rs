@@ -277,7 +277,8 @@ fn print_priors(means: &[f64], floored: usize) {
     }
 }
 
-/// Fails, writing nothing, when no candidate passed.
+/// Fails, writing nothing, when no row is left to write: none passed, or every one that did was
+/// priced at the learned grader's floor.
 fn refuse_nothing_usable(gathered: &Gathered) -> anyhow::Result<()> {
     let total = gathered.total();
     if total.rows > 0 {

@@ -70,7 +70,8 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     args.validate()?;
     let run = EvalRun::open(&args.run)?;
     let held_out = run.held_out(args.max_prompts)?;
-    if run.dataset.reported_split() == Split::Validation && !args.json {
+    let split = run.dataset.reported_split();
+    if split == Split::Validation && !args.json {
         println!(
             "note: {} has no test split (exported before `export --test-percent` existed): reporting on validation, which checkpoint selection may have looked at",
             run.settings.data.display()
@@ -102,7 +103,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
                 .join(", "),
             args.run.display(),
             held_out.len(),
-            run.dataset.reported_split().name(),
+            split.name(),
             run.settings.data.display(),
             args.n,
             grader_kind.as_str(),
