@@ -81,6 +81,10 @@ pub struct CandidatesArgs {
     /// `arc-rec bench pipeline --arm NAME=FILE`.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Write the RL model's ideas even when the run's checkpoint selection found no checkpoint
+    /// that beats the warm-up on the held-out criterion (`train --eval-every`).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Where a model candidate's serving prior comes from.
@@ -95,7 +99,7 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
     let started = Instant::now();
     args.validate()?;
     // Everything that can be checked before minutes of generation is.
-    let run = CandidateRun::open(&args.run, args.model)?;
+    let run = CandidateRun::open(&args.run, args.model, args.force)?;
     let contexts = run.contexts()?;
     let orgs: Vec<String> = contexts
         .iter()

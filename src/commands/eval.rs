@@ -179,7 +179,23 @@ fn print_table(report: &EvalReport) {
     }
     print_legend(report, reference);
     print_learned_picks(report);
+    print_criterion(report);
     print_format_errors(report);
+}
+
+/// Each model's world-free checkpoint criterion on the validation split, beside the truth above.
+fn print_criterion(report: &EvalReport) {
+    for model in &report.models {
+        if let Some(criterion) = &model.held_out_criterion {
+            println!(
+                "{}: held-out criterion (validation, no world): menu acceptance {:.3}, pair accuracy {:.3} on {} contexts",
+                model.model.label(),
+                criterion.menu_acceptance,
+                criterion.pair_accuracy,
+                criterion.contexts
+            );
+        }
+    }
 }
 
 /// The figure at k (1-based) of a curve over k; NaN past its end.

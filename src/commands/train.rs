@@ -20,6 +20,7 @@ use crate::training::learned_grader_fit::FitOn;
 use crate::training::run_dir::{
     Checkpoint, LEARNED_GRADER_FILE, RUN_ID_FILE, absolute, read_run_id,
 };
+use crate::training::selection::Criterion;
 use crate::training::summary::{summarize, write_report};
 use crate::training::{
     Constrained, DeviceChoice, FaultHooks, LrSchedule, Observer, RunDir, StepMetrics, TrainOutcome,
@@ -202,6 +203,22 @@ pub struct TrainArgs {
     /// Checkpoint every this many steps (and at the end of each phase).
     #[arg(long, default_value_t = 10)]
     pub checkpoint_every: u64,
+    /// Score the policy every this many RL steps (and at RL's first step, the warm-up model,
+    /// and its last) on the validation split's logged decisions, with no world, and keep the
+    /// checkpoint that scores best as the run's RL adapter (0: keep the last one). When none
+    /// beats the warm-up by more than its noise, the summary says so and `candidates` refuses
+    /// the run's ideas without --force.
+    #[arg(long, default_value_t = 25)]
+    pub eval_every: u64,
+    /// What checkpoints are chosen by: the self-normalised estimate of acceptance over each
+    /// held-out context's logged answers (menu-acceptance), or the share of its (accepted,
+    /// rejected) pairs the policy orders right (pair-accuracy).
+    #[arg(long, value_enum, default_value_t = Criterion::MenuAcceptance)]
+    pub select_by: Criterion,
+    /// Keep every scored checkpoint's adapter (RUN_DIR/eval-point-STEP) after the run, not
+    /// only the chosen one (as RUN_DIR/adapter).
+    #[arg(long)]
+    pub keep_eval_points: bool,
     /// Moving average (weight 0.2 on the newest step) of the KL per token to the warm-up model
     /// above which the run counts as diverged and rolls back: to the newest calm checkpoint (KL
     /// average at most half this, newest step's KL within it), with the learning rate halved, the
@@ -271,6 +288,9 @@ impl TrainArgs {
             kl_coef,
             skip_zero_advantage_groups: !self.keep_zero_advantage_groups,
             checkpoint_every: self.checkpoint_every,
+            eval_every: self.eval_every,
+            select_by: self.select_by,
+            keep_eval_points: self.keep_eval_points,
             max_kl: self.max_kl,
             max_rollbacks: self.max_rollbacks,
             device: self.device,

@@ -63,6 +63,10 @@ pub struct RftPrompt {
     pub logged: BTreeMap<String, LoggedVerdicts>,
     /// Accepted recommendations, as completions (warm-up targets), in file order.
     pub accepted_completions: Vec<String>,
+    /// Canonical answer → the first logged recommendation with that answer here, as a
+    /// completion: the menu the checkpoint criterion scores the policy on
+    /// (`training::selection`), each item judged by `logged`.
+    pub logged_completions: BTreeMap<String, String>,
     /// The context's dominant failure cluster as the export wrote it (the stored
     /// `pattern_cluster_id` when the history was clustered before the export, else the dominant
     /// failure category; `None` without failures): that of its first example that names one.
@@ -211,6 +215,7 @@ impl RftDataset {
                         current_config: example.context.current_config.clone(),
                         logged: BTreeMap::new(),
                         accepted_completions: Vec::new(),
+                        logged_completions: BTreeMap::new(),
                         cluster: None,
                         facts: PromptFacts {
                             failures: example.context.failures.clone(),
@@ -232,15 +237,18 @@ impl RftDataset {
                 approved: decision,
             });
             let answer = canonical_answer(&prompt.current_config, &example.recommendation.diff);
-            let verdicts = prompt.logged.entry(answer).or_default();
+            let completion = example.recommendation.completion_text();
+            let verdicts = prompt.logged.entry(answer.clone()).or_default();
             if decision {
                 verdicts.approved += 1;
-                prompt
-                    .accepted_completions
-                    .push(example.recommendation.completion_text());
+                prompt.accepted_completions.push(completion.clone());
             } else {
                 verdicts.rejected += 1;
             }
+            prompt
+                .logged_completions
+                .entry(answer)
+                .or_insert(completion);
         }
         if prompts.is_empty() {
             return Err(DatasetError::Empty {

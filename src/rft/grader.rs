@@ -323,6 +323,7 @@ mod tests {
             current_config: current,
             logged,
             accepted_completions: Vec::new(),
+            logged_completions: Default::default(),
             cluster: None,
             facts: Default::default(),
         }

@@ -611,6 +611,7 @@ pub(crate) mod tests {
             current_config: config(),
             logged: BTreeMap::new(),
             accepted_completions: Vec::new(),
+            logged_completions: Default::default(),
             cluster: None,
             facts: PromptFacts {
                 failures: vec![FailureGroup {

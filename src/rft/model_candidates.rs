@@ -529,6 +529,7 @@ mod tests {
             current_config: config,
             logged,
             accepted_completions: Vec::new(),
+            logged_completions: Default::default(),
             cluster: cluster.map(str::to_owned),
             facts: Default::default(),
         }

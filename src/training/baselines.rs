@@ -392,6 +392,7 @@ mod tests {
             current_config: current,
             logged,
             accepted_completions: Vec::new(),
+            logged_completions: Default::default(),
             cluster: None,
             facts: Default::default(),
         }

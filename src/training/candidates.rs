@@ -10,6 +10,7 @@ use anyhow::bail;
 use super::evaluation::{RunModel, load_run_model};
 use super::rollout::{PromptTokens, Sampling, recommendation_grammar, rollout, tokenize_prompts};
 use super::run_dir::{FINAL_ADAPTER_DIR, read_run_data, read_run_id, read_settings};
+use super::selection::read_choice;
 use super::settings::TrainSettings;
 use crate::candidates::CandidateIndex;
 use crate::rft::model_candidates::{Harvest, ServingContext, harvest, serving_contexts};
@@ -29,7 +30,9 @@ pub struct CandidateRun {
 
 impl CandidateRun {
     /// Reads the run directory `arc-rec train` wrote; errors name `--run` and say what to do.
-    pub fn open(dir: &Path, model: RunModel) -> anyhow::Result<Self> {
+    /// The RL model of a run whose checkpoint selection found nothing better than the warm-up
+    /// is refused unless `force` (`--force`).
+    pub fn open(dir: &Path, model: RunModel, force: bool) -> anyhow::Result<Self> {
         let settings = read_settings(dir, "--run")?;
         let run_id = read_run_id(dir, "--run")?;
         let model_version = match model {
@@ -42,6 +45,23 @@ impl CandidateRun {
                 "--run {}: no {FINAL_ADAPTER_DIR}/, the run has not finished its RL steps (finish it with `arc-rec train --resume {}`)",
                 dir.display(),
                 dir.display()
+            );
+        }
+        if model == RunModel::Rl
+            && !force
+            && let Some(choice) = read_choice(dir)?
+            && !choice.beats_warmup
+        {
+            bail!(
+                "--run {}: RL did not beat its warm-up on the held-out {} ({:.3} at RL step {} against the warm-up's {:.3}: gain {:+.3}, standard error {:.3}, on {} validation contexts), so its ideas are not written; `--model warmup` writes the warm-up's, --force writes these anyway",
+                dir.display(),
+                choice.criterion.as_str(),
+                choice.value,
+                choice.rl_step,
+                choice.warmup_value,
+                choice.gain,
+                choice.gain_se,
+                choice.contexts
             );
         }
         let dataset = read_run_data(dir, &settings)?;

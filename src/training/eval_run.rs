@@ -9,14 +9,17 @@ use serde::Serialize;
 
 use super::baselines::{Baselines, baselines};
 use super::evaluation::{
-    EvalSettings, ModelReport, RunModel, evaluate, fill_gap_closed, gap_reference, load_run_model,
-    run_models,
+    CriterionFigures, EvalSettings, ModelReport, RunModel, evaluate, fill_gap_closed,
+    gap_reference, load_run_model, run_models,
 };
 use super::rollout::tokenize_prompts;
 use super::run_dir::{read_run_data, read_settings, run_grader, write_atomically};
+use super::selection::{HeldOutMenus, SelectionPoint};
 use super::settings::TrainSettings;
+use crate::export::Split;
 use crate::plot::{Panel, Series, write_png};
 use crate::rft::{Grader, GraderKind, RftDataset, RftPrompt};
+use trainer::chat_policy::ChatPolicy;
 
 /// Where `eval` writes its figures in the run directory.
 pub const EVAL_JSON_FILE: &str = "eval.json";
@@ -158,8 +161,29 @@ impl EvalRun {
     ) -> anyhow::Result<ModelReport> {
         let policy = load_run_model(which, &self.settings, &self.dir, runtime)?;
         let prompts = tokenize_prompts(&policy, &self.dataset, held_out)?;
-        evaluate(which, path, &policy, &prompts, grader, settings, progress)
-            .with_context(|| format!("evaluating the {} model", which.label()))
+        let mut report = evaluate(which, path, &policy, &prompts, grader, settings, progress)
+            .with_context(|| format!("evaluating the {} model", which.label()))?;
+        report.held_out_criterion = self
+            .criterion(&policy)
+            .with_context(|| format!("the {} model's held-out criterion", which.label()))?;
+        Ok(report)
+    }
+
+    /// `policy`'s figures by the checkpoint criterion on the validation split, scored as `train`
+    /// scores its checkpoints (at the run's sampling temperature).
+    fn criterion(&self, policy: &ChatPolicy) -> anyhow::Result<Option<CriterionFigures>> {
+        let validation = self.dataset.split(Split::Validation);
+        let prompts = tokenize_prompts(policy, &self.dataset, &validation)?;
+        let menus = HeldOutMenus::new(policy, prompts)?;
+        if menus.contexts() == 0 {
+            return Ok(None);
+        }
+        let point = SelectionPoint::new(0, 0, menus.score(policy, self.settings.temperature)?, 0.0);
+        Ok(Some(CriterionFigures {
+            menu_acceptance: point.menu_acceptance,
+            pair_accuracy: point.pair_accuracy,
+            contexts: point.contexts,
+        }))
     }
 
     /// The report of the models' figures: each model's share of the gap to the menu oracle is

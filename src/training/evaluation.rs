@@ -229,6 +229,11 @@ pub struct ModelReport {
     /// reference itself).
     #[serde(default)]
     pub gap_closed: Option<GapClosed>,
+    /// The world-free checkpoint criterion (`train --eval-every`) of this model on the
+    /// validation split's logged decisions, to read beside the world's truth; `None` when no
+    /// validation context has both an accepted and a rejected answer.
+    #[serde(default)]
+    pub held_out_criterion: Option<CriterionFigures>,
     /// Every graded completion, the n samples then the greedy one per prompt, when
     /// [`EvalSettings::keep_samples`] (`eval --samples-out`; not part of `eval.json`).
     #[serde(skip)]
@@ -465,8 +470,18 @@ pub fn evaluate(
         seconds: started.elapsed().as_secs_f64(),
         per_prompt,
         gap_closed: None,
+        held_out_criterion: None,
         samples: graded_samples,
     })
+}
+
+/// A model's figures by the checkpoint criterion (`training::selection`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CriterionFigures {
+    pub menu_acceptance: f64,
+    pub pair_accuracy: f64,
+    /// Validation contexts with both an accepted and a rejected logged answer.
+    pub contexts: usize,
 }
 
 /// Running sums over prompts.
@@ -534,6 +549,7 @@ mod tests {
             seconds: 0.0,
             per_prompt: Vec::new(),
             gap_closed: None,
+            held_out_criterion: None,
             samples: Vec::new(),
         }
     }

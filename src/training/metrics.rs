@@ -1,6 +1,9 @@
-//! The lines of `RUN_DIR/metrics.jsonl`: one per step, plus one per rollback.
+//! The lines of `RUN_DIR/metrics.jsonl`: one per step, plus one per rollback and one per
+//! checkpoint scored for selection.
 
 use serde::{Deserialize, Serialize};
+
+use super::selection::SelectionPoint;
 
 /// Which phase a step belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,6 +24,8 @@ pub enum MetricsLine {
     /// A NaN loss or a KL blow-up: the run went back to `to_step`'s checkpoint, lowered the
     /// learning rate, raised the KL coefficient and salted its random streams.
     Rollback(Rollback),
+    /// A checkpoint scored on the validation split's logged decisions (`--eval-every`).
+    Selection(SelectionPoint),
 }
 
 /// What a rollback did.
@@ -130,7 +135,15 @@ pub struct RlMetrics {
 pub fn steps(lines: &[MetricsLine]) -> impl Iterator<Item = &StepMetrics> {
     lines.iter().filter_map(|line| match line {
         MetricsLine::Step(step) => Some(step.as_ref()),
-        MetricsLine::Rollback(_) => None,
+        MetricsLine::Rollback(_) | MetricsLine::Selection(_) => None,
+    })
+}
+
+/// The selection points of a run's metrics, in order.
+pub fn selection_points(lines: &[MetricsLine]) -> impl Iterator<Item = &SelectionPoint> {
+    lines.iter().filter_map(|line| match line {
+        MetricsLine::Selection(point) => Some(point),
+        MetricsLine::Step(_) | MetricsLine::Rollback(_) => None,
     })
 }
 
@@ -145,6 +158,10 @@ impl MetricsLine {
                 ..step.as_ref().clone()
             })),
             MetricsLine::Rollback(rollback) => MetricsLine::Rollback(rollback.clone()),
+            MetricsLine::Selection(point) => MetricsLine::Selection(SelectionPoint {
+                seconds: 0.0,
+                ..point.clone()
+            }),
         }
     }
 }

@@ -12,6 +12,8 @@
 //! - [`guard`]: the adaptive KL coefficient, the divergence guard and what a rollback changes;
 //! - [`seeds`]: the random streams (seed, step, salt) and the data orders.
 //! - [`curves`]: the PNG of a run's main curves.
+//! - [`selection`]: the world-free checkpoint criterion (`--eval-every`, `--select-by`) and the
+//!   choice of the run's RL adapter.
 //! - [`summary`]: a finished run's `summary.json` and curves.
 //! - [`evaluation`]: a run's base, warm-up and RL models on the held-out prompts.
 //! - [`eval_run`]: `arc-rec eval`'s prompts, graders, models and report (`eval.json`, `eval.png`).
@@ -35,6 +37,7 @@ pub mod model_bench;
 pub mod rollout;
 pub mod run_dir;
 pub mod seeds;
+pub mod selection;
 pub mod session;
 pub mod settings;
 pub mod summary;

@@ -32,6 +32,9 @@ use super::run_dir::{
     Checkpoint, CheckpointState, FINAL_ADAPTER_DIR, RunDir, WARMUP_MODEL_DIR, run_grader,
 };
 use super::seeds::{EpochOrder, StepSeeds, Stream, derive_seed, salted_seed};
+use super::selection::{
+    Choice, EVAL_POINT_PREFIX, HeldOutMenus, SelectionPoint, choose, eval_point_dir,
+};
 use super::settings::TrainSettings;
 use super::update::{policy_update, score_batch};
 use super::warmup::{SftExample, sft_examples, warmup_step};
@@ -65,6 +68,9 @@ pub struct TrainOutcome {
     pub device: String,
     pub train_prompts: usize,
     pub trainable_parameters: i64,
+    /// The checkpoint `--eval-every` kept and whether it beat the warm-up; `None` when the run
+    /// selected nothing (`--eval-every 0`, no RL steps, or no validation context to score on).
+    pub selection: Option<Choice>,
 }
 
 /// Why a step failed: a numerical blow-up rolls back, anything else ends the run.
@@ -147,9 +153,13 @@ pub fn train(
         prompts: &prompts,
         grammar: grammar.as_ref(),
     };
+    let selector = Selector::open(settings, &learner.policy, dataset, observer)?;
     let mut orders = Orders::new(settings, &prompts, &examples, state.salt);
     let total = settings.total_steps();
     while state.step < total {
+        if let Some(selector) = &selector {
+            selector.score_if_due(&mut run, settings, &learner, state.step, observer)?;
+        }
         let step = state.step;
         let learning_rate = settings.learning_rate_at(step) * state.lr_scale;
         learner.trainer.set_learning_rate(learning_rate)?;
@@ -227,14 +237,35 @@ pub fn train(
             })?;
         }
     }
-    let base = rl_base(settings, run.root());
-    let final_adapter = run.replace_dir(FINAL_ADAPTER_DIR, |dir| {
-        Ok(save_adapter(
-            learner.policy.model.var_store(),
-            &adapter_config(settings, &base),
-            dir,
-        )?)
-    })?;
+    let selection = match &selector {
+        Some(selector) => {
+            selector.score_if_due(&mut run, settings, &learner, state.step, observer)?;
+            selector.choose(&run, settings)?
+        }
+        None => None,
+    };
+    let final_adapter = match &selection {
+        Some(choice) => {
+            let chosen = run.root().join(eval_point_dir(choice.step));
+            run.replace_dir(FINAL_ADAPTER_DIR, |dir| copy_files(&chosen, dir))?
+        }
+        None => {
+            let base = rl_base(settings, run.root());
+            run.replace_dir(FINAL_ADAPTER_DIR, |dir| {
+                Ok(save_adapter(
+                    learner.policy.model.var_store(),
+                    &adapter_config(settings, &base),
+                    dir,
+                )?)
+            })?
+        }
+    };
+    if !settings.keep_eval_points {
+        remove_eval_points(run.root())?;
+    }
+    if let Some(choice) = &selection {
+        observer.note(&choice.describe());
+    }
     Ok(TrainOutcome {
         final_adapter,
         steps: total,
@@ -242,7 +273,126 @@ pub fn train(
         device: runtime.describe(),
         train_prompts: prompts.len(),
         trainable_parameters: learner.trainer.trainable_parameters(),
+        selection,
     })
+}
+
+/// `--eval-every`: the validation contexts the checkpoints are scored on.
+struct Selector<'p> {
+    menus: HeldOutMenus<'p>,
+    every: u64,
+}
+
+impl<'p> Selector<'p> {
+    /// `None` when the run selects nothing: `--eval-every 0`, no RL steps, or no validation
+    /// context with both an accepted and a rejected logged answer (said as a note).
+    fn open(
+        settings: &TrainSettings,
+        policy: &ChatPolicy,
+        dataset: &'p RftDataset,
+        observer: &mut dyn Observer,
+    ) -> anyhow::Result<Option<Self>> {
+        if settings.eval_every == 0 || settings.steps == 0 {
+            return Ok(None);
+        }
+        let validation = dataset.split(Split::Validation);
+        let prompts = tokenize_prompts(policy, dataset, &validation)?;
+        let menus = HeldOutMenus::new(policy, prompts)?;
+        if menus.contexts() == 0 {
+            observer.note(&format!(
+                "--eval-every: none of the {} validation contexts has both an accepted and a rejected logged answer, so nothing can tell checkpoints apart; keeping the last one",
+                validation.len()
+            ));
+            return Ok(None);
+        }
+        observer.note(&format!(
+            "checkpoint selection: every {} RL steps by held-out {} on {} validation contexts ({} logged answers)",
+            settings.eval_every,
+            settings.select_by.as_str(),
+            menus.contexts(),
+            menus.answers()
+        ));
+        Ok(Some(Self {
+            menus,
+            every: settings.eval_every,
+        }))
+    }
+
+    /// Scores the policy standing at global step `step` when that is a selection point (RL's
+    /// first step, every `every` RL steps, its last), keeping its adapter beside the line.
+    /// A point is scored again after a resume or rollback to before it (its line was truncated).
+    fn score_if_due(
+        &self,
+        run: &mut RunDir,
+        settings: &TrainSettings,
+        learner: &Learner,
+        step: u64,
+        observer: &mut dyn Observer,
+    ) -> anyhow::Result<()> {
+        let Some(rl_step) = step.checked_sub(settings.sft_steps) else {
+            return Ok(());
+        };
+        if rl_step % self.every != 0 && step != settings.total_steps() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let scores = self
+            .menus
+            .score(&learner.policy, settings.temperature)
+            .with_context(|| format!("scoring the checkpoint of RL step {rl_step}"))?;
+        let point = SelectionPoint::new(step, rl_step, scores, started.elapsed().as_secs_f64());
+        let base = rl_base(settings, run.root());
+        run.replace_dir(&eval_point_dir(step), |dir| {
+            Ok(save_adapter(
+                learner.policy.model.var_store(),
+                &adapter_config(settings, &base),
+                dir,
+            )?)
+        })?;
+        run.append(&MetricsLine::Selection(point.clone()))?;
+        observer.note(&format!(
+            "RL step {rl_step}: held-out menu acceptance {:.3}, pair accuracy {:.3} ({:.1} s)",
+            point.menu_acceptance, point.pair_accuracy, point.seconds
+        ));
+        Ok(())
+    }
+
+    /// The run's choice among the points its metrics keep.
+    fn choose(&self, run: &RunDir, settings: &TrainSettings) -> anyhow::Result<Option<Choice>> {
+        let lines = super::run_dir::read_metrics(run.root())?;
+        let points: Vec<&SelectionPoint> = super::metrics::selection_points(&lines).collect();
+        Ok(choose(&points, settings.select_by))
+    }
+}
+
+/// Copies the files of `from` (an adapter directory: flat) into `to`.
+fn copy_files(from: &Path, to: &Path) -> anyhow::Result<()> {
+    for entry in
+        std::fs::read_dir(from).with_context(|| format!("cannot read {}", from.display()))?
+    {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name()))
+                .with_context(|| format!("cannot copy {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes every `RUN_DIR/eval-point-*` (the chosen one lives on as the run's adapter).
+fn remove_eval_points(root: &Path) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(root)? {
+        let entry = entry?;
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(EVAL_POINT_PREFIX)
+        {
+            std::fs::remove_dir_all(entry.path())
+                .with_context(|| format!("cannot remove {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
 }
 
 fn phase_of(settings: &TrainSettings, step: u64) -> Phase {

@@ -7,6 +7,7 @@ use objectives::{Estimator, Objective};
 use serde::{Deserialize, Serialize};
 
 use super::guard::KlControl;
+use super::selection::Criterion;
 use crate::rft::WorldTruths;
 use crate::rft::learned_grader::{DEFAULT_LCB_Z, LearnedFloor, Pessimism};
 use crate::rft::{Grader, GraderError, GraderKind, LearnedGrader, RftPrompt, WorldReward};
@@ -197,6 +198,17 @@ pub struct TrainSettings {
     pub skip_zero_advantage_groups: bool,
     /// Checkpoint every this many steps (and at the end of each phase).
     pub checkpoint_every: u64,
+    /// Score the policy on the validation split's logged decisions every this many RL steps
+    /// (and at RL's first and last step) and keep the best checkpoint as the run's adapter; 0
+    /// (older runs) keeps the last one.
+    #[serde(default)]
+    pub eval_every: u64,
+    /// The criterion checkpoints are chosen by.
+    #[serde(default)]
+    pub select_by: Criterion,
+    /// Keep every scored checkpoint's adapter (`RUN_DIR/eval-point-N`) after the run.
+    #[serde(default)]
+    pub keep_eval_points: bool,
     /// A moving average of the KL per token above this counts as a blow-up and rolls back.
     pub max_kl: f64,
     /// Rollbacks allowed before the run gives up.
@@ -521,6 +533,9 @@ pub(crate) mod tests {
             kl_coef: 0.0,
             skip_zero_advantage_groups: true,
             checkpoint_every: 5,
+            eval_every: 5,
+            select_by: Criterion::MenuAcceptance,
+            keep_eval_points: false,
             max_kl: 1.0,
             max_rollbacks: 3,
             device: DeviceChoice::Auto,

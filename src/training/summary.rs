@@ -1,5 +1,6 @@
 //! What a finished (or failed) run leaves for people and the database: `summary.json` with the
-//! last RL step's figures and a binned RL curve, and the PNG curves beside `metrics.jsonl`.
+//! last RL step's figures, a binned RL curve and the checkpoint selection's choice, and the PNG
+//! curves beside `metrics.jsonl`.
 
 use std::path::{Path, PathBuf};
 
@@ -41,6 +42,7 @@ pub fn write_report(
         "train_prompts": outcome.train_prompts,
         "trainable_parameters": outcome.trainable_parameters,
         "final": summarize(lines),
+        "selection": outcome.selection,
     });
     std::fs::write(
         root.join(SUMMARY_FILE),

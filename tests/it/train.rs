@@ -217,7 +217,7 @@ async fn a_nan_loss_rolls_back_with_a_lower_learning_rate_and_the_run_is_recorde
         .iter()
         .filter_map(|line| match line {
             MetricsLine::Rollback(rollback) => Some(rollback),
-            MetricsLine::Step(_) => None,
+            MetricsLine::Step(_) | MetricsLine::Selection(_) => None,
         })
         .collect();
     assert_eq!(rollbacks.len(), 1, "{lines:?}");
@@ -321,7 +321,7 @@ async fn a_learned_grader_run_keeps_its_fit_resumes_exactly_and_evaluates() {
         .into_iter()
         .filter_map(|line| match line {
             MetricsLine::Step(step) => step.rl,
-            MetricsLine::Rollback(_) => None,
+            MetricsLine::Rollback(_) | MetricsLine::Selection(_) => None,
         })
         .collect();
     assert_eq!(rl.len(), 6);
