@@ -45,7 +45,14 @@ echo "== 4. held-out evaluation: base vs warm-up vs RL"
 $arc_rec eval --run "$run" --n 8 --max-prompts 32
 
 echo "== 5. the model's candidates into serving"
-$arc_rec candidates --run "$run" --k 8
+# The run kept its best checkpoint on the validation split (train --eval-every); when none beat the
+# warm-up, `candidates` refuses RL's ideas, and the warm-up model's are served instead.
+if python3 -c 'import json, sys; s = json.load(open(sys.argv[1])).get("selection"); sys.exit(0 if s is None or s["beats_warmup"] else 1)' "$run/summary.json"; then
+  $arc_rec candidates --run "$run" --k 8
+else
+  echo "RL did not beat its warm-up on the held-out criterion: serving the warm-up model's ideas"
+  $arc_rec candidates --run "$run" --model warmup --k 8
+fi
 
 echo "== 6. a sample /v1/recommendations answer"
 key_file=out/quickstart.platform-key
@@ -117,5 +124,23 @@ for r in answer["recommendations"]:
 models = [r for r in answer["recommendations"] if r["source"] == "model"]
 print("{} of {} recommendations came from the model".format(len(models), len(answer["recommendations"])))
 sys.exit(0 if models else 1)
+PY
+# What RL changed, in one sentence, from the held-out evaluation (test split, world's truth).
+python3 - "$run/eval.json" "$run/summary.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+selection = json.load(open(sys.argv[2])).get("selection")
+models = {m["model"]: m for m in report["models"]}
+warmup, rl = models.get("warmup"), models.get("rl")
+if warmup and rl and rl.get("best_of") and warmup.get("best_of"):
+    k = min(4, len(rl["best_of"]))
+    kept = "no checkpoint selection" if selection is None else (
+        "the warm-up itself (no RL checkpoint beat it on the validation split)" if selection["rl_step"] == 0
+        else "RL step {} of {}".format(selection["rl_step"], selection["last_rl_step"]))
+    logged = (report.get("baselines") or {}).get("logged_heuristic")
+    print("RL (kept: {}) moved best-of-{} true acceptance on {} {} prompts from {:.3f} to {:.3f} and greedy from {:.3f} to {:.3f}{}.".format(
+        kept, k, rl["prompts"], report["split"], warmup["best_of"][k - 1], rl["best_of"][k - 1],
+        warmup["greedy"]["acceptance_probability"], rl["greedy"]["acceptance_probability"],
+        "" if logged is None else "; the platform's logged heuristic scores {:.3f}".format(logged)))
 PY
 echo "run: $run (metrics.jsonl, curves.png, eval.json, eval.png); examples: out/"

@@ -137,6 +137,7 @@ python_checks() {
     .venv/bin/python experiments/test_rft_experiment_table.py
     .venv/bin/python experiments/test_pipeline_table.py
     .venv/bin/python experiments/test_exploration_data.py
+    .venv/bin/python experiments/test_selection_table.py
     echo "== bench bandit's peers (Vowpal Wabbit, MABWiser) learn and see every candidate"
     .venv/bin/python bench/test_peers.py
     echo "== the verl integration's Python tests (arc-rec's estimators against the Rust figures)"

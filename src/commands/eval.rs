@@ -82,7 +82,9 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     let baselines = run.baselines(&grader, &held_out)?;
     let reward_model = run.reward_model(grader_kind, &held_out)?;
     let runtime = trainer::device::Runtime::select(args.device.request())?;
+    let catalogues = run.dataset.catalogues();
     let settings = EvalSettings {
+        catalogues: &catalogues,
         n: args.n,
         max_new_tokens: run.settings.max_new_tokens,
         temperature: args.temperature,
@@ -187,8 +189,12 @@ fn print_table(report: &EvalReport) {
 fn print_criterion(report: &EvalReport) {
     for model in &report.models {
         if let Some(criterion) = &model.held_out_criterion {
+            let margin = criterion
+                .logprob_margin
+                .map(|m| format!("log-probability margin over the warm-up {m:+.3}, "))
+                .unwrap_or_default();
             println!(
-                "{}: held-out criterion (validation, no world): menu acceptance {:.3}, pair accuracy {:.3} on {} contexts",
+                "{}: held-out criterion (validation, no world): {margin}menu acceptance {:.3}, pair accuracy {:.3} on {} contexts",
                 model.model.label(),
                 criterion.menu_acceptance,
                 criterion.pair_accuracy,

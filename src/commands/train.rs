@@ -30,6 +30,8 @@ use crate::training::{
 const KILL_IN_CHECKPOINT_ENV: &str = "ARC_REC_TEST_KILL_IN_CHECKPOINT";
 /// Hidden fault injection for the rollback test: a NaN loss at this step.
 const NAN_LOSS_ENV: &str = "ARC_REC_TEST_NAN_LOSS_AT";
+/// Hidden fault injection for the selection gate's test: RL with negated advantages (`1`).
+const INVERT_ADVANTAGES_ENV: &str = "ARC_REC_TEST_INVERT_ADVANTAGES";
 
 /// Arguments of `arc-rec train`. The defaults suit the tiny preset on a CPU.
 #[derive(Debug, Args)]
@@ -206,14 +208,16 @@ pub struct TrainArgs {
     /// Score the policy every this many RL steps (and at RL's first step, the warm-up model,
     /// and its last) on the validation split's logged decisions, with no world, and keep the
     /// checkpoint that scores best as the run's RL adapter (0: keep the last one). When none
-    /// beats the warm-up by more than its noise, the summary says so and `candidates` refuses
-    /// the run's ideas without --force.
+    /// beats the warm-up by more than its noise, the run keeps the warm-up itself, the summary
+    /// says so and `candidates` refuses the run's ideas without --force.
     #[arg(long, default_value_t = 25)]
     pub eval_every: u64,
-    /// What checkpoints are chosen by: the self-normalised estimate of acceptance over each
-    /// held-out context's logged answers (menu-acceptance), or the share of its (accepted,
-    /// rejected) pairs the policy orders right (pair-accuracy).
-    #[arg(long, value_enum, default_value_t = Criterion::MenuAcceptance)]
+    /// What checkpoints are chosen by: how much more log-probability the policy gained since the
+    /// warm-up on accepted held-out answers than on rejected ones (logprob-margin), the
+    /// self-normalised estimate of acceptance over each held-out context's logged answers
+    /// (menu-acceptance), or the share of its (accepted, rejected) pairs the policy orders right
+    /// (pair-accuracy).
+    #[arg(long, value_enum, default_value_t = Criterion::LogprobMargin)]
     pub select_by: Criterion,
     /// Keep every scored checkpoint's adapter (RUN_DIR/eval-point-STEP) after the run, not
     /// only the chosen one (as RUN_DIR/adapter).
@@ -316,6 +320,7 @@ pub async fn run(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<()
     let hooks = FaultHooks {
         kill_in_checkpoint: env_step(KILL_IN_CHECKPOINT_ENV),
         nan_loss_at: env_step(NAN_LOSS_ENV),
+        invert_advantages: std::env::var(INVERT_ADVANTAGES_ENV).is_ok_and(|v| v == "1"),
     };
     let mut observer = Console::new(settings.total_steps());
     let outcome = tokio::task::block_in_place(|| {

@@ -11,8 +11,12 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::completion::canonical_answer;
+use super::schema::Catalogue;
 use crate::export::Split;
 use crate::export::example::{FailureGroup, PromptContext, Recommendation};
+
+/// Organization → the names its diffs may use ([`RftDataset::catalogues`]).
+pub type Catalogues = BTreeMap<String, Catalogue>;
 
 /// How often people approved and rejected one canonical answer in one context.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -275,6 +279,21 @@ impl RftDataset {
         } else {
             Split::Validation
         }
+    }
+
+    /// Each organization's catalogue of model and tool names: those of its prompts' current
+    /// configurations and logged diffs (every split: a context's configuration is input, not a
+    /// label). What the recommendation grammar lets a diff name.
+    pub fn catalogues(&self) -> Catalogues {
+        let mut catalogues = Catalogues::new();
+        for prompt in &self.prompts {
+            let catalogue = catalogues.entry(prompt.org.clone()).or_default();
+            catalogue.add(&prompt.current_config);
+            for decision in &prompt.facts.decisions {
+                catalogue.add(&decision.diff);
+            }
+        }
+        catalogues
     }
 
     /// The organizations its prompts belong to, sorted, each once.

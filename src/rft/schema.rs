@@ -25,6 +25,9 @@
 //!   seconds in whole milliseconds from 1 ms, `retry` not empty) keep every sample finite and
 //!   meaningful; they are far above what the world and the platform write (checked against a
 //!   simulated world in the tests).
+//! - Per prompt ([`recommendation_schema_changing`]), model and tool names come from the
+//!   organization's [`Catalogue`] and a tool list is no longer than the catalogue: with the
+//!   bounded numbers and rationale, no sample can run on in an invented name or an unbounded list.
 
 use serde_json::{Value, json};
 
@@ -44,6 +47,47 @@ pub const MAX_TOOLS: usize = 32;
 pub const MAX_MAX_TOKENS: u64 = 1_000_000;
 /// Smallest timeout or backoff a diff may set, and the step of every one: a millisecond.
 const MIN_SECONDS: f64 = 0.001;
+
+/// The model and tool names an organization's diffs may name: those its data shows it running
+/// or being proposed (current configurations and logged diffs). Under a catalogue the grammar
+/// writes names from it only, and a tool list holds each tool at most once, so every sample
+/// closes within a bounded number of tokens and RL spends no sample on an invented name (which
+/// `candidates` and the learned grader would refuse anyway).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Catalogue {
+    pub models: std::collections::BTreeSet<String>,
+    pub tools: std::collections::BTreeSet<String>,
+}
+
+impl Catalogue {
+    /// Adds the names a configuration or a diff (merge patch) carries.
+    pub fn add(&mut self, config: &Value) {
+        if let Some(model) = config.get("model").and_then(Value::as_str)
+            && !model.trim().is_empty()
+            && model.chars().count() <= MAX_NAME_CHARS
+        {
+            self.models.insert(model.to_owned());
+        }
+        for tool in config
+            .get("tools")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(name) = tool.get("name").and_then(Value::as_str)
+                && !name.trim().is_empty()
+                && name.chars().count() <= MAX_NAME_CHARS
+            {
+                self.tools.insert(name.to_owned());
+            }
+        }
+    }
+
+    /// A tool list's longest length under the catalogue: each tool at most once.
+    fn max_tools(&self) -> usize {
+        self.tools.len().min(MAX_TOOLS)
+    }
+}
 
 /// A string with at least one non-whitespace character (`validate_*`'s `trim().is_empty()`),
 /// at most `max` characters.
@@ -219,9 +263,29 @@ fn integer_except(max: u64, current: u64) -> Value {
 /// narrowed to the other values, plus null (removal) only when the key is there to remove.
 /// `None` as the result: every value this schema can write changes nothing or the key cannot be
 /// narrowed (tools, long system prompts), so the key is left as [`diff_schema`] has it.
-fn changing_value(key: &str, current: Option<&Value>) -> Option<Value> {
+fn changing_value(
+    key: &str,
+    current: Option<&Value>,
+    catalogue: Option<&Catalogue>,
+) -> Option<Value> {
     let present = current.is_some_and(|v| !v.is_null());
     let removable = |schema: Value| if present { or_null(schema) } else { schema };
+    if let Some(catalogue) = catalogue {
+        match key {
+            "model" => {
+                let current = current.and_then(Value::as_str);
+                let others: Vec<&String> = catalogue
+                    .models
+                    .iter()
+                    .filter(|m| Some(m.as_str()) != current)
+                    .collect();
+                // [`diff_schema_changing`] leaves the key out when no other model is known.
+                return Some(json!({"enum": others}));
+            }
+            "tools" => return Some(removable(catalogue_tools(catalogue))),
+            _ => {}
+        }
+    }
     match (key, current.filter(|v| !v.is_null())) {
         ("model", Some(Value::String(model)))
             if model.chars().count() <= MAX_EXCLUDED_STRING_CHARS =>
@@ -294,14 +358,47 @@ fn retry_changing(current: Option<&serde_json::Map<String, Value>>) -> Value {
     json!({"anyOf": alternatives})
 }
 
+/// A tool list of `catalogue`'s tools, at most as many items as it knows tools (llguidance has no
+/// `uniqueItems`); an empty list when it knows none.
+fn catalogue_tools(catalogue: &Catalogue) -> Value {
+    if catalogue.tools.is_empty() {
+        return json!({"type": "array", "maxItems": 0});
+    }
+    let mut tool = tool();
+    let names: Vec<&String> = catalogue.tools.iter().collect();
+    tool["properties"]["name"] = json!({"enum": names});
+    json!({"type": "array", "items": tool, "maxItems": catalogue.max_tools()})
+}
+
 /// The diff of [`diff_schema`] narrowed to the diffs that change `current` (a configuration
 /// object): one alternative per key, that key required with a value other than its current one,
 /// the rest as before. A completion under it cannot be [`super::FormatError::NoChange`], except
 /// through the keys that are not narrowed (a tool list equal to the current one, or a system
 /// prompt over 200 characters repeated); a redundant unchanged key beside a changed one is still
 /// allowed, as the world and the warm-up targets write some.
-pub fn diff_schema_changing(current: &Value) -> Value {
-    let base = diff_schema();
+pub fn diff_schema_changing(current: &Value, catalogue: Option<&Catalogue>) -> Value {
+    let mut base = diff_schema();
+    let switchable = catalogue.is_none_or(|catalogue| {
+        let current = current.get("model").and_then(Value::as_str);
+        catalogue.models.iter().any(|m| Some(m.as_str()) != current)
+    });
+    if let Some(catalogue) = catalogue {
+        // Names outside the catalogue are out even where the key is not the one changed.
+        if let Some(properties) = base["properties"].as_object_mut() {
+            let models: Vec<&String> = catalogue.models.iter().collect();
+            properties.insert("model".into(), json!({"enum": models}));
+            properties.insert("tools".into(), or_null(catalogue_tools(catalogue)));
+            if catalogue.models.is_empty() {
+                // Rebuilt rather than removed from: a removal may reorder the keys (see the
+                // module docs on key order).
+                *properties = properties
+                    .iter()
+                    .filter(|(key, _)| key.as_str() != "model")
+                    .map(|(key, value)| (key.clone(), value.clone()))
+                    .collect();
+            }
+        }
+    }
     // The keys in the schema's own order (see the module docs).
     let keys: Vec<String> = base["properties"]
         .as_object()
@@ -309,12 +406,13 @@ pub fn diff_schema_changing(current: &Value) -> Value {
         .unwrap_or_default();
     let alternatives: Vec<Value> = keys
         .iter()
+        .filter(|key| *key != "model" || switchable)
         .map(|key| {
             let mut alternative = base.clone();
             if let Some(map) = alternative.as_object_mut() {
                 map.remove("minProperties");
             }
-            if let Some(changed) = changing_value(key, current.get(key)) {
+            if let Some(changed) = changing_value(key, current.get(key), catalogue) {
                 alternative["properties"][key] = changed;
             }
             alternative["required"] = json!([key]);
@@ -327,9 +425,9 @@ pub fn diff_schema_changing(current: &Value) -> Value {
 /// [`recommendation_schema`] for one prompt: its diff must change `current` (see
 /// [`diff_schema_changing`]). Constrained sampling compiles it per prompt
 /// (`Grammar::recompile` of the shared grammar).
-pub fn recommendation_schema_changing(current: &Value) -> Value {
+pub fn recommendation_schema_changing(current: &Value, catalogue: Option<&Catalogue>) -> Value {
     let mut schema = recommendation_schema();
-    schema["properties"]["diff"] = diff_schema_changing(current);
+    schema["properties"]["diff"] = diff_schema_changing(current, catalogue);
     schema
 }
 
@@ -665,7 +763,7 @@ mod grammar_tests {
         for backoff in [json!(2.5), json!(1), json!(0.5), json!(0.001), json!(null)] {
             let mut config = config.clone();
             config["retry"]["backoff_s"] = backoff;
-            let schema = recommendation_schema_changing(&config);
+            let schema = recommendation_schema_changing(&config, None);
             grammars.push(shared.recompile(&schema).unwrap());
         }
         let in_range = ["1", "2.5", "0.5", "0.01", "1.5", "86400", "0.125"];
@@ -761,7 +859,7 @@ mod grammar_tests {
                 continue;
             }
             let grammar = shared
-                .recompile(&recommendation_schema_changing(&example.config))
+                .recompile(&recommendation_schema_changing(&example.config, None))
                 .unwrap();
             assert!(
                 accepts(&grammar, &tokenizer, &example.completion),
@@ -854,7 +952,7 @@ mod grammar_tests {
         for config in configs.iter().take(5) {
             let started = std::time::Instant::now();
             let grammar = shared
-                .recompile(&recommendation_schema_changing(config))
+                .recompile(&recommendation_schema_changing(config, None))
                 .unwrap();
             let mut matcher = grammar.matcher().unwrap();
             matcher.allowed().unwrap();
@@ -881,5 +979,87 @@ mod grammar_tests {
         );
         assert!(finished >= 135, "only {finished} of 150 walks finished");
         assert_eq!(parsed, finished, "{failures:#?}");
+    }
+
+    /// Under an organization's catalogue a prompt's grammar names only the catalogue's models and
+    /// tools, a tool list holds at most as many tools as it knows, and the world's accepted
+    /// completions still pass (their names come from the same data).
+    #[test]
+    fn under_a_catalogue_samples_name_only_known_models_and_tools() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokenizer = tiny_tokenizer(dir.path());
+        let shared = compile(&tokenizer);
+        let accepted = accepted_completions();
+        let mut catalogue = Catalogue::default();
+        for example in &accepted {
+            catalogue.add(&example.config);
+            let value: Value = serde_json::from_str(&example.completion).unwrap();
+            catalogue.add(&value["diff"]);
+        }
+        assert!(catalogue.models.len() >= 2 && !catalogue.tools.is_empty());
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let mut masks = (0u32, std::time::Duration::ZERO);
+        let (mut walks, mut finished, mut passed) = (0, 0, 0);
+        let mut configs_seen = std::collections::HashSet::new();
+        for example in &accepted {
+            if parse_recommendation(&example.completion, &example.config).is_err() {
+                continue;
+            }
+            let grammar = shared
+                .recompile(&recommendation_schema_changing(
+                    &example.config,
+                    Some(&catalogue),
+                ))
+                .unwrap();
+            assert!(
+                accepts(&grammar, &tokenizer, &example.completion),
+                "refused {} of {}",
+                example.completion,
+                example.config
+            );
+            passed += 1;
+            // An invented model name and an invented tool are refused.
+            let invented = [
+                json!({"model": "deepseek/deepseek-v32"}),
+                json!({"tools": [{"name": "5-sonnet_l anthropic fintech"}]}),
+            ];
+            for diff in &invented {
+                assert!(!accepts(&grammar, &tokenizer, &completion(diff)), "{diff}");
+            }
+            if !configs_seen.insert(example.config.to_string()) || configs_seen.len() > 4 {
+                continue;
+            }
+            for _ in 0..20 {
+                walks += 1;
+                let Some(text) = random_walk(&grammar, &tokenizer, &mut rng, 2000, &mut masks)
+                else {
+                    continue;
+                };
+                finished += 1;
+                let value: Value = serde_json::from_str(&text).unwrap();
+                let diff = &value["diff"];
+                if let Some(model) = diff["model"].as_str() {
+                    assert!(catalogue.models.contains(model), "{text}");
+                }
+                if let Some(tools) = diff["tools"].as_array() {
+                    assert!(tools.len() <= catalogue.tools.len(), "{text}");
+                    for tool in tools {
+                        assert!(
+                            catalogue.tools.contains(tool["name"].as_str().unwrap()),
+                            "{text}"
+                        );
+                    }
+                }
+                assert!(
+                    parse_recommendation(&text, &example.config).is_ok(),
+                    "{text}"
+                );
+            }
+        }
+        eprintln!(
+            "{passed} accepted completions pass; {finished} of {walks} random walks finished"
+        );
+        assert!(passed >= 50 && walks >= 60);
+        assert!(finished * 10 >= walks * 9, "{finished} of {walks}");
     }
 }

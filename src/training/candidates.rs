@@ -122,7 +122,7 @@ pub fn generate(
     progress: &mut dyn FnMut(usize, usize, usize),
 ) -> anyhow::Result<Vec<Generated>> {
     let policy = load_run_model(run.model, &run.settings, &run.dir, runtime)?;
-    let grammar = recommendation_grammar(&policy, options.constrained)?;
+    let grammar = recommendation_grammar(&policy, options.constrained, &run.dataset.catalogues())?;
     let sampling = Sampling {
         grammar: grammar.as_ref(),
         ..options.sampling

@@ -1,14 +1,21 @@
 //! The main curves of a run as one PNG: reward, pass@1/pass@k/maj@k, KL and entropy, format
-//! validity and the share of groups with signal, and the warm-up loss.
+//! validity and the share of groups with signal, the warm-up loss, and the checkpoint criterion
+//! of `--eval-every` on the validation split.
 
 use std::path::Path;
 
-use super::metrics::{MetricsLine, Phase, StepMetrics, steps};
+use super::metrics::{MetricsLine, Phase, StepMetrics, selection_points, steps};
+use super::selection::SelectionPoint;
 use crate::plot::{Panel, PlotError, Series, write_png};
 
 /// Draws `lines` (a run's `metrics.jsonl`) into `path`.
 pub fn write_curves(path: &Path, lines: &[MetricsLine]) -> Result<(), PlotError> {
     let steps: Vec<&StepMetrics> = steps(lines).collect();
+    let points: Vec<&SelectionPoint> = selection_points(lines).collect();
+    let selection_series = |name: &str, value: fn(&SelectionPoint) -> f64| Series {
+        name: name.to_owned(),
+        points: points.iter().map(|p| (p.step as f64, value(p))).collect(),
+    };
     let rl_series = |name: &str, value: fn(&super::RlMetrics) -> f64| Series {
         name: name.to_owned(),
         points: steps
@@ -69,6 +76,21 @@ pub fn write_curves(path: &Path, lines: &[MetricsLine]) -> Result<(), PlotError>
             "Completion length",
             "tokens",
             vec![rl_series("mean", |rl| rl.completion_tokens_mean)],
+        ),
+        panel(
+            "Checkpoint criterion: log-prob margin over the warm-up (validation)",
+            "nats",
+            vec![selection_series("accepted − rejected", |p| {
+                p.logprob_margin
+            })],
+        ),
+        panel(
+            "Checkpoint criterion: held-out logged menus (validation)",
+            "share",
+            vec![
+                selection_series("menu acceptance", |p| p.menu_acceptance),
+                selection_series("pair accuracy", |p| p.pair_accuracy),
+            ],
         ),
     ];
     write_png(path, &panels, 3)

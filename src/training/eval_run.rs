@@ -178,11 +178,14 @@ impl EvalRun {
         if menus.contexts() == 0 {
             return Ok(None);
         }
-        let point = SelectionPoint::new(0, 0, menus.score(policy, self.settings.temperature)?, 0.0);
+        let scored = menus.score(policy, self.settings.temperature)?;
+        let point = SelectionPoint::new(0, 0, scored, None, 0.0);
         Ok(Some(CriterionFigures {
             menu_acceptance: point.menu_acceptance,
             pair_accuracy: point.pair_accuracy,
+            logprob_margin: None,
             contexts: point.contexts,
+            scored: point.scored,
         }))
     }
 
@@ -202,6 +205,7 @@ impl EvalRun {
         ) {
             fill_gap_closed(&mut models, reference, baselines.menu_oracle);
         }
+        fill_logprob_margins(&mut models);
         EvalReport {
             run: self.dir.clone(),
             data: self.settings.data.clone(),
@@ -213,6 +217,24 @@ impl EvalRun {
             seed: settings.seed,
             models,
             baselines,
+        }
+    }
+}
+
+/// Each model's log-probability margin over the warm-up model's, when the warm-up was
+/// evaluated too (the margin is a change since the warm-up: it has no value of its own).
+fn fill_logprob_margins(models: &mut [ModelReport]) {
+    let Some(warmup) = models
+        .iter()
+        .find(|m| m.model == RunModel::Warmup)
+        .and_then(|m| m.held_out_criterion.as_ref())
+        .map(|c| c.scored.clone())
+    else {
+        return;
+    };
+    for model in models.iter_mut().filter(|m| m.model != RunModel::Base) {
+        if let Some(criterion) = &mut model.held_out_criterion {
+            criterion.logprob_margin = criterion.scored.margin_over(&warmup).map(|(m, _)| m);
         }
     }
 }

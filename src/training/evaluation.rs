@@ -159,6 +159,8 @@ pub struct EvalSettings<'a> {
     pub batch_prompts: usize,
     /// Draw every completion under the recommendation grammar.
     pub constrained: bool,
+    /// The organizations' model and tool names the grammar allows.
+    pub catalogues: &'a crate::rft::dataset::Catalogues,
     /// Keep every graded completion in [`ModelReport::samples`] (`eval --samples-out`).
     pub keep_samples: bool,
     /// A learned grader that ranks each prompt's samples beside the world grader's verdicts
@@ -310,7 +312,8 @@ pub fn evaluate(
     let n = settings.n;
     let world = grader.kind() == crate::rft::GraderKind::World;
     let reward_model = settings.reward_model.filter(|_| world);
-    let grammar = super::rollout::recommendation_grammar(policy, settings.constrained)?;
+    let grammar =
+        super::rollout::recommendation_grammar(policy, settings.constrained, settings.catalogues)?;
     let mut sums = Sums::new(n);
     let mut per_prompt = Vec::with_capacity(prompts.len());
     let mut done = 0;
@@ -480,8 +483,15 @@ pub fn evaluate(
 pub struct CriterionFigures {
     pub menu_acceptance: f64,
     pub pair_accuracy: f64,
+    /// The log-probability margin over the warm-up model (when the warm-up was evaluated too;
+    /// 0 for the warm-up itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprob_margin: Option<f64>,
     /// Validation contexts with both an accepted and a rejected logged answer.
     pub contexts: usize,
+    /// Every held-out answer's log-probability (what the margin is computed from).
+    #[serde(skip)]
+    pub scored: super::selection::Scored,
 }
 
 /// Running sums over prompts.

@@ -18,6 +18,7 @@ use super::metrics::RlMetrics;
 use super::seeds::{EpochOrder, StepSeeds, Stream};
 use super::settings::TrainSettings;
 use crate::export::example::SYSTEM_PROMPT;
+use crate::rft::dataset::Catalogues;
 use crate::rft::schema::recommendation_schema_changing;
 use crate::rft::{Grader, GraderKind, RftDataset, RftPrompt, Verdict};
 
@@ -78,32 +79,42 @@ pub struct Sampling<'g> {
 #[derive(Debug)]
 pub struct PromptGrammars {
     shared: Grammar,
-    /// By the configuration's JSON text: what a prompt's grammar depends on.
-    by_config: RefCell<HashMap<String, Grammar>>,
+    /// Each organization's model and tool names.
+    catalogues: Catalogues,
+    /// By organization and the configuration's JSON text: what a prompt's grammar depends on.
+    by_config: RefCell<HashMap<(String, String), Grammar>>,
 }
 
 impl PromptGrammars {
-    pub fn new(shared: Grammar) -> Self {
+    pub fn new(shared: Grammar, catalogues: Catalogues) -> Self {
         Self {
             shared,
+            catalogues,
             by_config: RefCell::new(HashMap::new()),
         }
     }
 
-    /// The grammar of `pick`'s samples (compiled on first use).
+    /// The grammar of `pick`'s samples (compiled on first use): diffs that change its
+    /// configuration, naming only its organization's models and tools.
     pub fn for_prompt(&self, pick: &PromptTokens<'_>) -> anyhow::Result<Grammar> {
-        let config = pick.prompt.current_config.to_string();
-        if let Some(grammar) = self.by_config.borrow().get(&config) {
+        let key = (
+            pick.prompt.org.clone(),
+            pick.prompt.current_config.to_string(),
+        );
+        if let Some(grammar) = self.by_config.borrow().get(&key) {
             return Ok(grammar.clone());
         }
-        let schema = recommendation_schema_changing(&pick.prompt.current_config);
+        let schema = recommendation_schema_changing(
+            &pick.prompt.current_config,
+            self.catalogues.get(&pick.prompt.org),
+        );
         let grammar = self.shared.recompile(&schema).map_err(|e| {
             anyhow::anyhow!(
                 "--constrained on: the recommendation grammar for prompt {}: {e}",
                 pick.prompt.id
             )
         })?;
-        self.by_config.borrow_mut().insert(config, grammar.clone());
+        self.by_config.borrow_mut().insert(key, grammar.clone());
         Ok(grammar)
     }
 }
@@ -434,6 +445,7 @@ impl BatchFigures {
 pub fn recommendation_grammar(
     policy: &ChatPolicy,
     constrained: bool,
+    catalogues: &Catalogues,
 ) -> anyhow::Result<Option<PromptGrammars>> {
     if !constrained {
         return Ok(None);
@@ -441,5 +453,5 @@ pub fn recommendation_grammar(
     let grammar = policy
         .grammar(&crate::rft::schema::recommendation_schema())
         .map_err(|e| anyhow::anyhow!("--constrained on: {e}"))?;
-    Ok(Some(PromptGrammars::new(grammar)))
+    Ok(Some(PromptGrammars::new(grammar, catalogues.clone())))
 }

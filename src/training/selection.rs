@@ -5,7 +5,13 @@
 //! people already decided: in each held-out context where the platform's proposals met both an
 //! approval and a rejection, how the policy weighs the logged answers against each other.
 //!
-//! - **Menu acceptance** (`--select-by menu-acceptance`, the default): a self-normalised
+//! - **Log-probability margin** (`--select-by logprob-margin`, the default): over every held-out
+//!   logged answer, how far the policy's log-probability of it moved since the warm-up, the
+//!   mean over accepted answers minus the mean over rejected ones (0 at the warm-up itself;
+//!   positive when RL moved mass toward what people accepted). It reads every answer, not only
+//!   the contexts with both verdicts, so it is the least noisy of the three; on world 1 it had
+//!   the smallest selection regret (`docs/experiments/checkpoint-selection.md`).
+//! - **Menu acceptance** (`--select-by menu-acceptance`): a self-normalised
 //!   off-policy estimate of the policy's acceptance over the context's logged menu, with every
 //!   logged answer counted once (the logging propensity uniform over the menu):
 //!   `Σ_a π(a) · accepted(a) / Σ_a π(a)`, π(a) the probability of the answer's completion at the
@@ -14,11 +20,15 @@
 //!   context whose accepted answer has the larger probability (ties count half), as a reward
 //!   model's preference accuracy.
 //!
-//! Contexts whose logged answers were all accepted or all rejected say nothing about a
-//! preference and are left out. Both figures come from one teacher-forced pass over the logged
-//! completions (no sampling): a few seconds on the tiny preset, against minutes of RL between
-//! two points. The noise of a gain is its standard error over contexts, paired with the
-//! warm-up's figures on the same contexts.
+//! For the last two, contexts whose logged answers were all accepted or all rejected say nothing
+//! about a preference and are left out. All three come from one teacher-forced pass over the
+//! logged completions (no sampling): a few seconds on the tiny preset, against minutes of RL
+//! between two points. The noise of a gain is its standard error (over contexts, paired with
+//! the warm-up's figures on the same contexts; for the margin, of the two means' difference).
+//!
+//! The run keeps the best-scoring checkpoint only when it beats the warm-up by more than that
+//! noise; otherwise it keeps the warm-up itself (RL step 0), says so, and `candidates` refuses
+//! the run's ideas without `--force`: a run ships a regression only when asked to.
 
 use serde::{Deserialize, Serialize};
 
@@ -47,8 +57,10 @@ pub const NOISE_Z: f64 = 1.0;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Criterion {
-    /// The self-normalised estimate of acceptance over each held-out context's logged menu.
+    /// Mean change of log-probability since the warm-up on accepted answers minus rejected ones.
     #[default]
+    LogprobMargin,
+    /// The self-normalised estimate of acceptance over each held-out context's logged menu.
     MenuAcceptance,
     /// The share of held-out (accepted, rejected) pairs the policy orders right.
     PairAccuracy,
@@ -57,6 +69,7 @@ pub enum Criterion {
 impl Criterion {
     pub fn as_str(self) -> &'static str {
         match self {
+            Criterion::LogprobMargin => "log-probability margin",
             Criterion::MenuAcceptance => "menu acceptance",
             Criterion::PairAccuracy => "pair accuracy",
         }
@@ -189,16 +202,41 @@ impl Scored {
             .collect()
     }
 
-    /// Each mixed context's figure by `criterion`.
-    pub fn per_context(&self, criterion: Criterion) -> Vec<f64> {
-        let figure = match criterion {
-            Criterion::MenuAcceptance => menu_acceptance,
-            Criterion::PairAccuracy => pair_accuracy,
-        };
+    /// Each mixed context's figure by `figure` (menu acceptance or pair accuracy).
+    fn per_context(&self, figure: fn(&[(f64, bool)]) -> f64) -> Vec<f64> {
         self.mixed_contexts()
             .iter()
             .map(|judged| figure(judged))
             .collect()
+    }
+
+    /// The log-probability margin over `warmup` (the same answers scored at RL step 0) and its
+    /// standard error: mean Δ log π over accepted answers minus mean Δ log π over rejected ones.
+    /// `None` unless both verdicts have at least two answers (no noise to judge a gain by).
+    pub fn margin_over(&self, warmup: &Scored) -> Option<(f64, f64)> {
+        if self.answers != warmup.answers || self.logprobs.len() != warmup.logprobs.len() {
+            return None;
+        }
+        let (mut accepted, mut rejected) = (Vec::new(), Vec::new());
+        for ((answer, now), then) in self
+            .answers
+            .iter()
+            .zip(&self.logprobs)
+            .zip(&warmup.logprobs)
+        {
+            let delta = now - then;
+            if answer.accepted {
+                accepted.push(delta);
+            } else {
+                rejected.push(delta);
+            }
+        }
+        if accepted.len() < 2 || rejected.len() < 2 {
+            return None;
+        }
+        let margin = mean(&accepted) - mean(&rejected);
+        let se = standard_error(&accepted).hypot(standard_error(&rejected));
+        Some((margin, se))
     }
 }
 
@@ -253,6 +291,10 @@ pub struct SelectionPoint {
     /// Means over the contexts with both verdicts.
     pub menu_acceptance: f64,
     pub pair_accuracy: f64,
+    /// The log-probability margin over the warm-up's point (0 at the warm-up; 0 on lines
+    /// written before the margin existed).
+    #[serde(default)]
+    pub logprob_margin: f64,
     /// Held-out contexts with both verdicts.
     pub contexts: usize,
     /// Every held-out logged answer and its log-probability.
@@ -262,13 +304,24 @@ pub struct SelectionPoint {
 }
 
 impl SelectionPoint {
-    pub fn new(step: u64, rl_step: u64, scored: Scored, seconds: f64) -> Self {
-        let menu = scored.per_context(Criterion::MenuAcceptance);
+    /// The point of `scored`; `warmup` is the warm-up's point (`None` for the warm-up itself).
+    pub fn new(
+        step: u64,
+        rl_step: u64,
+        scored: Scored,
+        warmup: Option<&Scored>,
+        seconds: f64,
+    ) -> Self {
+        let menu = scored.per_context(menu_acceptance);
+        let logprob_margin = warmup
+            .and_then(|warmup| scored.margin_over(warmup))
+            .map_or(0.0, |(margin, _)| margin);
         Self {
             step,
             rl_step,
             menu_acceptance: mean(&menu),
-            pair_accuracy: mean(&scored.per_context(Criterion::PairAccuracy)),
+            pair_accuracy: mean(&scored.per_context(pair_accuracy)),
+            logprob_margin,
             contexts: menu.len(),
             scored,
             seconds,
@@ -277,8 +330,29 @@ impl SelectionPoint {
 
     pub fn value(&self, criterion: Criterion) -> f64 {
         match criterion {
+            Criterion::LogprobMargin => self.logprob_margin,
             Criterion::MenuAcceptance => self.menu_acceptance,
             Criterion::PairAccuracy => self.pair_accuracy,
+        }
+    }
+
+    /// This point's gain over `warmup` by `criterion` and the gain's standard error; `None`
+    /// when there is too little to measure its noise by.
+    fn gain_over(&self, warmup: &SelectionPoint, criterion: Criterion) -> Option<(f64, f64)> {
+        let paired = |figure: fn(&[(f64, bool)]) -> f64| {
+            let gains: Vec<f64> = self
+                .scored
+                .per_context(figure)
+                .iter()
+                .zip(&warmup.scored.per_context(figure))
+                .map(|(now, then)| now - then)
+                .collect();
+            (gains.len() >= 2).then(|| (mean(&gains), standard_error(&gains)))
+        };
+        match criterion {
+            Criterion::LogprobMargin => self.scored.margin_over(&warmup.scored),
+            Criterion::MenuAcceptance => paired(menu_acceptance),
+            Criterion::PairAccuracy => paired(pair_accuracy),
         }
     }
 }
@@ -287,18 +361,22 @@ impl SelectionPoint {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Choice {
     pub criterion: Criterion,
-    /// The chosen point's global and RL step (RL step 0: the warm-up model).
+    /// The kept point's global and RL step (RL step 0: the warm-up model) and figure.
     pub step: u64,
     pub rl_step: u64,
     pub value: f64,
     pub warmup_value: f64,
+    /// The best-scoring point's RL step and figure (kept only when it beats the warm-up).
+    pub best_rl_step: u64,
+    pub best_value: f64,
     /// The last point's RL step and figure (what a run without selection would have kept).
     pub last_rl_step: u64,
     pub last_value: f64,
-    /// The chosen point's mean paired gain over the warm-up and its standard error.
+    /// The best point's gain over the warm-up and its standard error.
     pub gain: f64,
     pub gain_se: f64,
-    /// `gain > NOISE_Z · gain_se`: what `candidates` asks before writing the run's ideas.
+    /// `gain > NOISE_Z · gain_se` (and > 0): the best point is kept, and `candidates` writes the
+    /// run's ideas.
     pub beats_warmup: bool,
     pub contexts: usize,
     pub points: usize,
@@ -307,35 +385,38 @@ pub struct Choice {
 impl Choice {
     /// One sentence for people: what was kept and whether it beat the warm-up.
     pub fn describe(&self) -> String {
-        let kept = if self.rl_step == 0 {
-            "kept the warm-up model (RL step 0)".to_owned()
-        } else {
-            format!("kept RL step {} of {}", self.rl_step, self.last_rl_step)
-        };
+        let figures = format!(
+            "warm-up {:.3}, best {:.3} at RL step {}, last {:.3} at RL step {}",
+            self.warmup_value,
+            self.best_value,
+            self.best_rl_step,
+            self.last_value,
+            self.last_rl_step
+        );
         let verdict = if self.beats_warmup {
             format!(
-                "it beats the warm-up by {:+.3} (standard error {:.3})",
-                self.gain, self.gain_se
+                "kept RL step {}: it beats the warm-up by {:+.3} (standard error {:.3})",
+                self.rl_step, self.gain, self.gain_se
             )
+        } else if self.best_rl_step == 0 {
+            "kept the warm-up model (RL step 0): no RL checkpoint scored above it, so `candidates` refuses this run's ideas without --force".to_owned()
         } else {
             format!(
-                "no checkpoint beat the warm-up by more than its noise (best gain {:+.3}, standard error {:.3}): `candidates` refuses this run's ideas without --force",
+                "kept the warm-up model (RL step 0): no checkpoint beat it by more than its noise (best gain {:+.3}, standard error {:.3}), so `candidates` refuses this run's ideas without --force",
                 self.gain, self.gain_se
             )
         };
         format!(
-            "checkpoint selection by held-out {} on {} validation contexts: {kept} ({:.3}; warm-up {:.3}, last {:.3}); {verdict}",
+            "checkpoint selection by held-out {} on {} validation contexts ({figures}): {verdict}",
             self.criterion.as_str(),
             self.contexts,
-            self.value,
-            self.warmup_value,
-            self.last_value
         )
     }
 }
 
-/// The point of `points` (in step order) with the highest `criterion` (the earliest of equals),
-/// judged against the warm-up's (RL step 0). `None` without a warm-up point or contexts.
+/// The point of `points` (in step order) with the highest `criterion` (the earliest of equals)
+/// when it beats the warm-up's (RL step 0) by more than its noise, else the warm-up. `None`
+/// without a warm-up point or a held-out preference to score.
 pub fn choose(points: &[&SelectionPoint], criterion: Criterion) -> Option<Choice> {
     let warmup = points.iter().find(|p| p.rl_step == 0)?;
     let last = points.last()?;
@@ -349,26 +430,26 @@ pub fn choose(points: &[&SelectionPoint], criterion: Criterion) -> Option<Choice
             best
         }
     });
-    let base = warmup.scored.per_context(criterion);
-    let gains: Vec<f64> = best
-        .scored
-        .per_context(criterion)
-        .iter()
-        .zip(&base)
-        .map(|(b, w)| b - w)
-        .collect();
-    let (gain, gain_se) = (mean(&gains), standard_error(&gains));
+    // With too few answers there is no noise to measure a gain against: it cannot count.
+    let (gain, gain_se, measured) = match best.gain_over(warmup, criterion) {
+        Some((gain, se)) => (gain, se, true),
+        None => (best.value(criterion) - warmup.value(criterion), 0.0, false),
+    };
+    let beats_warmup = best.rl_step > 0 && measured && gain > 0.0 && gain > NOISE_Z * gain_se;
+    let kept = if beats_warmup { best } else { warmup };
     Some(Choice {
         criterion,
-        step: best.step,
-        rl_step: best.rl_step,
-        value: best.value(criterion),
+        step: kept.step,
+        rl_step: kept.rl_step,
+        value: kept.value(criterion),
         warmup_value: warmup.value(criterion),
+        best_rl_step: best.rl_step,
+        best_value: best.value(criterion),
         last_rl_step: last.rl_step,
         last_value: last.value(criterion),
         gain,
         gain_se,
-        beats_warmup: best.rl_step > 0 && gain > NOISE_Z * gain_se && gain > 0.0,
+        beats_warmup,
         contexts: warmup.contexts,
         points: points.len(),
     })
@@ -439,81 +520,121 @@ mod tests {
         assert_eq!(pair_accuracy(&[(-1.0, true)]), 0.5);
     }
 
-    /// A point whose contexts each hold one accepted and one rejected answer, with the menu
-    /// acceptances `menu`: pair accuracy is 1 where the accepted answer is the likelier.
-    fn point(rl_step: u64, menu: &[f64]) -> SelectionPoint {
-        let mut answers = Vec::new();
-        let mut logprobs = Vec::new();
-        for (context, &share) in menu.iter().enumerate() {
-            for (accepted, weight) in [(true, share), (false, 1.0 - share)] {
-                answers.push(Answer {
-                    context: context as u32,
-                    accepted,
-                });
-                logprobs.push(f64::max(weight, 1e-300).ln());
+    /// Points whose contexts each hold one accepted and one rejected answer, with the menu
+    /// acceptances of each `(rl_step, menu)`: pair accuracy is 1 where the accepted answer is
+    /// the likelier. The first is the warm-up the others' margins are measured from.
+    fn points(menus: &[(u64, &[f64])]) -> Vec<SelectionPoint> {
+        let scored = |menu: &[f64]| {
+            let mut answers = Vec::new();
+            let mut logprobs = Vec::new();
+            for (context, &share) in menu.iter().enumerate() {
+                for (accepted, weight) in [(true, share), (false, 1.0 - share)] {
+                    answers.push(Answer {
+                        context: context as u32,
+                        accepted,
+                    });
+                    logprobs.push(f64::max(weight, 1e-300).ln());
+                }
             }
-        }
-        SelectionPoint::new(100 + rl_step, rl_step, Scored::new(answers, logprobs), 1.0)
+            Scored::new(answers, logprobs)
+        };
+        let warmup = scored(menus[0].1);
+        menus
+            .iter()
+            .map(|(rl_step, menu)| {
+                let base = (*rl_step > 0).then_some(&warmup);
+                SelectionPoint::new(100 + rl_step, *rl_step, scored(menu), base, 1.0)
+            })
+            .collect()
+    }
+
+    const ALL: [Criterion; 3] = [
+        Criterion::LogprobMargin,
+        Criterion::MenuAcceptance,
+        Criterion::PairAccuracy,
+    ];
+
+    #[test]
+    fn the_margin_is_the_accepted_answers_gain_over_the_rejected_ones() {
+        let answer = |accepted| Answer {
+            context: 0,
+            accepted,
+        };
+        let answers = vec![answer(true), answer(true), answer(false), answer(false)];
+        let warmup = Scored::new(answers.clone(), vec![-2.0, -3.0, -2.0, -3.0]);
+        // Accepted answers gained 1 and 3 nats (mean 2), rejected ones lost 1 and gained 1 (0).
+        let now = Scored::new(answers.clone(), vec![-1.0, 0.0, -3.0, -2.0]);
+        let (margin, se) = now.margin_over(&warmup).unwrap();
+        assert!((margin - 2.0).abs() < 1e-12);
+        // Standard errors 1 and 1: their root sum of squares.
+        assert!((se - 2f64.sqrt()).abs() < 1e-12, "{se}");
+        // One answer of a verdict, or other answers: nothing to measure.
+        let few = Scored::new(answers[1..].to_vec(), vec![0.0, 0.0, 0.0]);
+        assert!(few.margin_over(&few).is_none());
+        assert!(now.margin_over(&few).is_none());
     }
 
     #[test]
-    fn the_best_point_is_kept_and_judged_against_the_warm_up() {
-        let points = [
-            point(0, &[0.4, 0.5, 0.6, 0.5]),
-            point(10, &[0.6, 0.7, 0.8, 0.7]),
-            point(20, &[0.3, 0.4, 0.5, 0.4]),
-        ];
+    fn the_best_point_is_kept_when_it_beats_the_warm_up() {
+        let points = points(&[
+            (0, &[0.4, 0.5, 0.6, 0.5]),
+            (10, &[0.6, 0.7, 0.8, 0.7]),
+            (20, &[0.3, 0.4, 0.5, 0.4]),
+        ]);
         let refs: Vec<&SelectionPoint> = points.iter().collect();
+        for criterion in ALL {
+            let choice = choose(&refs, criterion).unwrap();
+            assert_eq!((choice.rl_step, choice.step), (10, 110), "{criterion:?}");
+            assert_eq!(choice.best_rl_step, 10);
+            assert!(choice.beats_warmup);
+            assert_eq!((choice.last_rl_step, choice.points), (20, 3));
+            assert!(choice.describe().contains("kept RL step 10"));
+        }
         let choice = choose(&refs, Criterion::MenuAcceptance).unwrap();
-        assert_eq!((choice.rl_step, choice.step), (10, 110));
         assert!((choice.gain - 0.2).abs() < 1e-12);
         assert!(choice.gain_se < 1e-12, "the same gain everywhere");
-        assert!(choice.beats_warmup);
-        assert_eq!((choice.last_rl_step, choice.points), (20, 3));
-        assert!(choice.describe().contains("kept RL step 10 of 20"));
         // Pair accuracy: 0.5 at the warm-up (one pair wrong, one right, two ties), 1 at step 10.
         let choice = choose(&refs, Criterion::PairAccuracy).unwrap();
-        assert_eq!(choice.rl_step, 10);
         assert!((choice.warmup_value - 0.5).abs() < 1e-12);
         assert!((choice.value - 1.0).abs() < 1e-12);
+        // The margin is 0 at the warm-up and positive where accepted answers gained.
+        assert_eq!(points[0].logprob_margin, 0.0);
+        assert!(points[1].logprob_margin > 0.0 && points[2].logprob_margin < 0.0);
     }
 
     #[test]
     fn a_run_that_only_gets_worse_keeps_its_warm_up() {
-        let points = [
-            point(0, &[0.6, 0.7, 0.8]),
-            point(10, &[0.5, 0.6, 0.7]),
-            point(20, &[0.2, 0.3, 0.4]),
-        ];
+        let points = points(&[
+            (0, &[0.6, 0.7, 0.8]),
+            (10, &[0.5, 0.6, 0.7]),
+            (20, &[0.2, 0.3, 0.4]),
+        ]);
         let refs: Vec<&SelectionPoint> = points.iter().collect();
-        for criterion in [Criterion::MenuAcceptance, Criterion::PairAccuracy] {
+        for criterion in ALL {
             let choice = choose(&refs, criterion).unwrap();
-            assert_eq!((choice.rl_step, choice.gain), (0, 0.0));
+            assert_eq!((choice.rl_step, choice.best_rl_step), (0, 0));
+            assert_eq!(choice.gain, 0.0);
             assert!(!choice.beats_warmup);
-            assert!(choice.describe().contains("kept the warm-up model"));
-            assert!(
-                choice.describe().contains("--force"),
-                "{}",
-                choice.describe()
-            );
+            let said = choice.describe();
+            assert!(said.contains("kept the warm-up model"), "{said}");
+            assert!(said.contains("--force"), "{said}");
         }
     }
 
     #[test]
-    fn a_gain_within_its_noise_does_not_beat_the_warm_up() {
+    fn a_gain_within_its_noise_keeps_the_warm_up() {
         // Mean gain +0.05 with per-context gains of ±0.5: well within one standard error.
-        let points = [
-            point(0, &[0.5, 0.5, 0.5, 0.5]),
-            point(10, &[1.0, 0.0, 1.0, 0.2]),
-        ];
+        let points = points(&[(0, &[0.5, 0.5, 0.5, 0.5]), (10, &[1.0, 0.0, 1.0, 0.2])]);
         let refs: Vec<&SelectionPoint> = points.iter().collect();
         let choice = choose(&refs, Criterion::MenuAcceptance).unwrap();
-        assert_eq!(choice.rl_step, 10);
+        assert_eq!((choice.rl_step, choice.best_rl_step), (0, 10));
         assert!((choice.gain - 0.05).abs() < 1e-12);
         assert!(!choice.beats_warmup);
+        let said = choice.describe();
+        assert!(said.contains("more than its noise"), "{said}");
         // No warm-up point, or no context: nothing to choose by.
         assert!(choose(&refs[1..], Criterion::MenuAcceptance).is_none());
-        let empty = [point(0, &[])];
+        let empty = self::points(&[(0, &[])]);
         assert!(choose(&[&empty[0]], Criterion::MenuAcceptance).is_none());
     }
 }

@@ -49,6 +49,9 @@ pub struct FaultHooks {
     pub kill_in_checkpoint: Option<u64>,
     /// Make this step's loss NaN (once: not after a rollback).
     pub nan_loss_at: Option<u64>,
+    /// Negate every RL advantage: an RL phase that learns to be rejected (the gate's test of a
+    /// run that only gets worse).
+    pub invert_advantages: bool,
 }
 
 /// Receives progress as the run goes.
@@ -145,7 +148,11 @@ pub fn train(
         }
     };
     // Warm-up and RL models share the base's tokenizer, so one compiled grammar serves both.
-    let grammar = recommendation_grammar(&learner.policy, settings.constrained.is_on())?;
+    let grammar = recommendation_grammar(
+        &learner.policy,
+        settings.constrained.is_on(),
+        &dataset.catalogues(),
+    )?;
     let context = RlRolloutContext {
         settings,
         estimator: settings.estimator().map_err(anyhow::Error::msg)?,
@@ -190,7 +197,10 @@ pub fn train(
                     &mut state,
                     seeds,
                     learning_rate,
-                    poison,
+                    RlFaults {
+                        poison,
+                        invert: hooks.invert_advantages,
+                    },
                 )
             }
         };
@@ -340,7 +350,22 @@ impl<'p> Selector<'p> {
             .menus
             .score(&learner.policy, settings.temperature)
             .with_context(|| format!("scoring the checkpoint of RL step {rl_step}"))?;
-        let point = SelectionPoint::new(step, rl_step, scores, started.elapsed().as_secs_f64());
+        // The margin is measured from the warm-up's point (RL step 0), kept in the metrics.
+        let warmup = if rl_step == 0 {
+            None
+        } else {
+            let lines = super::run_dir::read_metrics(run.root())?;
+            super::metrics::selection_points(&lines)
+                .find(|point| point.rl_step == 0)
+                .map(|point| point.scored.clone())
+        };
+        let point = SelectionPoint::new(
+            step,
+            rl_step,
+            scores,
+            warmup.as_ref(),
+            started.elapsed().as_secs_f64(),
+        );
         let base = rl_base(settings, run.root());
         run.replace_dir(&eval_point_dir(step), |dir| {
             Ok(save_adapter(
@@ -351,8 +376,8 @@ impl<'p> Selector<'p> {
         })?;
         run.append(&MetricsLine::Selection(point.clone()))?;
         observer.note(&format!(
-            "RL step {rl_step}: held-out menu acceptance {:.3}, pair accuracy {:.3} ({:.1} s)",
-            point.menu_acceptance, point.pair_accuracy, point.seconds
+            "RL step {rl_step}: held-out log-probability margin {:+.3}, menu acceptance {:.3}, pair accuracy {:.3} ({:.1} s)",
+            point.logprob_margin, point.menu_acceptance, point.pair_accuracy, point.seconds
         ));
         Ok(())
     }
@@ -424,6 +449,15 @@ impl Orders {
     }
 }
 
+/// The faults an RL step is told to inject ([`FaultHooks`]).
+#[derive(Debug, Clone, Copy)]
+struct RlFaults {
+    /// A NaN loss.
+    poison: bool,
+    /// Negated advantages.
+    invert: bool,
+}
+
 /// One RL step: rollouts, the KL guard, the update. On success `state` carries the step's prompt
 /// cursor and KL state forward.
 fn rl_step(
@@ -433,7 +467,7 @@ fn rl_step(
     state: &mut CheckpointState,
     seeds: StepSeeds,
     learning_rate: f64,
-    poison: bool,
+    faults: RlFaults,
 ) -> Result<StepMetrics, StepFailure> {
     let started = Instant::now();
     let settings = context.settings;
@@ -444,7 +478,14 @@ fn rl_step(
         .guard
         .unwrap_or_else(|| GuardState::start(settings.kl_coef));
     let policy = &learner.policy;
-    let batch = collect_rl_batch(policy, context, order, &mut cursor, seeds)?;
+    let mut batch = collect_rl_batch(policy, context, order, &mut cursor, seeds)?;
+    if faults.invert {
+        batch
+            .advantages
+            .iter_mut()
+            .flatten()
+            .for_each(|advantage| *advantage = -*advantage);
+    }
     let scored = score_batch(
         &policy.model,
         policy.pad_id,
@@ -466,7 +507,7 @@ fn rl_step(
         &scored,
         kl_coef,
         seeds,
-        poison,
+        faults.poison,
     )?;
     state.prompt_cursor = Some(cursor);
     state.guard = Some(guard);

@@ -44,9 +44,87 @@ fn train(db_url: &str, dir: &Path, out: &Path) -> String {
         .args(["--sft-steps", "10", "--lr-schedule", "constant"])
         .args(["--steps", "2", "--k", "2", "--n", "4"])
         .args(["--prompts-per-step", "2", "--max-new-tokens", "48"])
+        // Two RL steps select nothing worth gating on: the gate has its own test below.
+        .args(["--eval-every", "0"])
         .args(["--device", "cpu", "--seed", "7"]));
     eprintln!("train: {:.1} s", started.elapsed().as_secs_f64());
     stdout
+}
+
+/// The gate: an RL phase that learns to be rejected (its advantages negated by a hidden fault
+/// hook) never scores above its warm-up on the held-out criterion, so the run keeps the warm-up
+/// model as its RL adapter, says so, and `candidates` refuses its ideas until `--force`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_rl_only_gets_worse_keeps_its_warm_up_and_candidates_refuse_it_without_force() {
+    let db = fresh_database().await;
+    let dir = tempfile::tempdir().unwrap();
+    training_world(&db.url, dir.path(), None);
+    // Half the contexts held out for validation, so several carry both verdicts.
+    let data = dir.path().join("half.jsonl");
+    run(arc_rec(&db.url)
+        .args(["export", "--validation-percent", "50", "--out"])
+        .arg(&data));
+    let out = dir.path().join("run");
+    let stdout = run(arc_rec(&db.url)
+        .env("ARC_REC_TEST_INVERT_ADVANTAGES", "1")
+        .arg("train")
+        .arg("--data")
+        .arg(&data)
+        .arg("--model")
+        .arg(dir.path().join("tiny"))
+        .arg("--out")
+        .arg(&out)
+        .args(world_grader_args())
+        .args(["--sft-steps", "10", "--lr-schedule", "constant"])
+        .args([
+            "--steps",
+            "6",
+            "--eval-every",
+            "2",
+            "--learning-rate",
+            "0.1",
+        ])
+        .args(["--k", "2", "--n", "4", "--prompts-per-step", "2"])
+        .args(["--max-new-tokens", "48", "--keep-zero-advantage-groups"])
+        .args(["--device", "cpu", "--seed", "7", "--no-record"]));
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let selection = &summary["selection"];
+    assert_eq!(
+        selection["points"], 4,
+        "RL steps 0, 2, 4 and 6: {selection}"
+    );
+    assert_eq!(selection["rl_step"], 0, "{selection}\n{stdout}");
+    assert_eq!(selection["beats_warmup"], false, "{selection}");
+    assert!(stdout.contains("kept the warm-up model"), "{stdout}");
+    // The scored points' adapters are gone but the chosen one, which is the run's adapter.
+    assert!(out.join("adapter").is_dir());
+    assert!(!out.join("eval-point-10").exists());
+
+    let candidates = |force: bool| {
+        let mut cmd = arc_rec(&db.url);
+        cmd.args(["candidates", "--run"])
+            .arg(&out)
+            .args(["--k", "2", "--device", "cpu", "--out"])
+            .arg(dir.path().join("candidates.jsonl"));
+        if force {
+            cmd.arg("--force");
+        }
+        cmd.output().unwrap()
+    };
+    let refused = candidates(false);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("did not beat its warm-up"), "{stderr}");
+    assert!(stderr.contains("--force"), "{stderr}");
+    let warmup = format!("{:.3}", selection["warmup_value"].as_f64().unwrap());
+    assert!(stderr.contains(&warmup), "names the figures: {stderr}");
+    let forced = candidates(true);
+    assert!(
+        forced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&forced.stderr)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

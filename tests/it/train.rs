@@ -112,7 +112,18 @@ async fn killed_runs_resume_to_the_same_metrics_as_an_uninterrupted_run() {
     let straight = root.path().join("straight");
     run(train_command(fixture, &straight).arg("--no-record"));
     let expected = timeless(&straight);
-    assert_eq!(expected.len(), 10, "one line per step");
+    let steps = expected
+        .iter()
+        .filter(|line| matches!(line, MetricsLine::Step(_)))
+        .count();
+    assert_eq!(steps, 10, "one line per step");
+    // Checkpoint selection scores RL's first step (the warm-up) and its last: a resumed run
+    // must reproduce those lines too.
+    let selection = expected
+        .iter()
+        .filter(|line| matches!(line, MetricsLine::Selection(_)))
+        .count();
+    assert_eq!(selection, 2, "{expected:?}");
     let updates = expected
         .iter()
         .filter(|line| matches!(line, MetricsLine::Step(step) if step.updated && step.rl.is_some()))
@@ -224,7 +235,14 @@ async fn a_nan_loss_rolls_back_with_a_lower_learning_rate_and_the_run_is_recorde
     assert_eq!((rollbacks[0].at_step, rollbacks[0].to_step), (7, 6));
     assert!(rollbacks[0].reason.contains("non-finite loss"));
     assert_eq!(rollbacks[0].lr_scale, 0.5);
-    assert_eq!(lines.len(), 11, "10 steps and the rollback");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|line| !matches!(line, MetricsLine::Selection(_)))
+            .count(),
+        11,
+        "10 steps and the rollback"
+    );
     let redone = lines.iter().find_map(|line| match line {
         MetricsLine::Step(step) if step.step == 7 => Some(step),
         _ => None,
