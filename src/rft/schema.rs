@@ -50,13 +50,17 @@ const MIN_SECONDS: f64 = 0.001;
 
 /// The model and tool names an organization's diffs may name: those its data shows it running
 /// or being proposed (current configurations and logged diffs). Under a catalogue the grammar
-/// writes names from it only, and a tool list holds each tool at most once, so every sample
-/// closes within a bounded number of tokens and RL spends no sample on an invented name (which
-/// `candidates` and the learned grader would refuse anyway).
+/// writes names from it only, and a tool list is no longer than the longest the organization
+/// has had, so RL spends no sample on an invented name (which `candidates` and the learned
+/// grader would refuse anyway) and no list grows without end. It does not bound a sample's
+/// tokens: a list of the catalogue's length with a timeout on each tool, or a long system
+/// prompt, can still run past `--max-new-tokens`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Catalogue {
     pub models: std::collections::BTreeSet<String>,
     pub tools: std::collections::BTreeSet<String>,
+    /// The longest tool list among what was added: a sampled list is no longer.
+    pub longest_tool_list: usize,
 }
 
 impl Catalogue {
@@ -68,12 +72,11 @@ impl Catalogue {
         {
             self.models.insert(model.to_owned());
         }
-        for tool in config
-            .get("tools")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        let tools = config.get("tools").and_then(Value::as_array);
+        self.longest_tool_list = self
+            .longest_tool_list
+            .max(tools.map_or(0, Vec::len).min(MAX_TOOLS));
+        for tool in tools.into_iter().flatten() {
             if let Some(name) = tool.get("name").and_then(Value::as_str)
                 && !name.trim().is_empty()
                 && name.chars().count() <= MAX_NAME_CHARS
@@ -83,9 +86,15 @@ impl Catalogue {
         }
     }
 
-    /// A tool list's longest length under the catalogue: each tool at most once.
+    /// A tool list's longest length under the catalogue: no longer than the longest the
+    /// organization has had (a longer one is outside everything its data says; a barely trained
+    /// model writing a list of every tool, some twice, ran past the token limit), nor than the
+    /// tools it knows (each at most once).
     fn max_tools(&self) -> usize {
-        self.tools.len().min(MAX_TOOLS)
+        self.longest_tool_list
+            .max(1)
+            .min(self.tools.len())
+            .min(MAX_TOOLS)
     }
 }
 
@@ -358,8 +367,8 @@ fn retry_changing(current: Option<&serde_json::Map<String, Value>>) -> Value {
     json!({"anyOf": alternatives})
 }
 
-/// A tool list of `catalogue`'s tools, at most as many items as it knows tools (llguidance has no
-/// `uniqueItems`); an empty list when it knows none.
+/// A tool list of `catalogue`'s tools, at most as many items as its longest list and as it knows
+/// tools (llguidance has no `uniqueItems`); an empty list when it knows none.
 fn catalogue_tools(catalogue: &Catalogue) -> Value {
     if catalogue.tools.is_empty() {
         return json!({"type": "array", "maxItems": 0});
@@ -1042,7 +1051,7 @@ mod grammar_tests {
                     assert!(catalogue.models.contains(model), "{text}");
                 }
                 if let Some(tools) = diff["tools"].as_array() {
-                    assert!(tools.len() <= catalogue.tools.len(), "{text}");
+                    assert!(tools.len() <= catalogue.longest_tool_list, "{text}");
                     for tool in tools {
                         assert!(
                             catalogue.tools.contains(tool["name"].as_str().unwrap()),
