@@ -68,17 +68,9 @@ done
 # numpy makes the table's bootstrap fast; the project's virtualenv has it.
 python=python3
 [ -x "$root/.venv/bin/python" ] && python="$root/.venv/bin/python"
-work="$out/world$WORLD_SEED"
-mkdir -p "$work"
-cd "$work"
-export ARC_REC_DATA_DIR="$work/db"
-world=(--world-seed "$WORLD_SEED" --world-outcomes "$WORLD_OUTCOMES")
-
-if [ ! -s examples.jsonl ]; then
-  "$arc_rec" simulate --seed "$WORLD_SEED" --outcomes "$WORLD_OUTCOMES"
-  "$arc_rec" export --out examples.jsonl.tmp
-  mv examples.jsonl.tmp examples.jsonl
-fi
+# shellcheck source=experiments/world-lib.sh
+source "$root/experiments/world-lib.sh"
+enter_world
 # Failure clusters, after the export (its prompts stay as before): `--grader learned` places each
 # context in its organization's clusters as serving places a request (0 of 911 contexts placed
 # without them on world 1; AUC 0.713 -> 0.734 with them).

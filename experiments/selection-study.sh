@@ -24,17 +24,9 @@ WORLD_SEED="${WORLD_SEED:-1}"
 WORLD_OUTCOMES="${WORLD_OUTCOMES:-20000}"
 TRAIN_FLAGS="${TRAIN_FLAGS:-}"
 [ -x "$arc_rec" ] || { echo "selection-study: build $arc_rec first (or set ARC_REC)" >&2; exit 2; }
-work="$out/world$WORLD_SEED"
-mkdir -p "$work"
-cd "$work"
-export ARC_REC_DATA_DIR="$work/db"
-world=(--world-seed "$WORLD_SEED" --world-outcomes "$WORLD_OUTCOMES")
-
-if [ ! -s examples.jsonl ]; then
-  "$arc_rec" simulate --seed "$WORLD_SEED" --outcomes "$WORLD_OUTCOMES"
-  "$arc_rec" export --out examples.jsonl.tmp
-  mv examples.jsonl.tmp examples.jsonl
-fi
+# shellcheck source=experiments/world-lib.sh
+source "$root/experiments/world-lib.sh"
+enter_world
 if [ ! -d tiny ]; then
   "$arc_rec" model init --preset tiny --out tiny
 fi
@@ -52,6 +44,7 @@ for seed in $SEEDS; do
     fi
   fi
   for point in "$dir"/run/eval-point-*; do
+    [ -d "$point" ] || continue   # no point scored (the glob stayed as written)
     step="${point##*eval-point-}"
     view="$dir/points/view-$step"
     result="$dir/points/step-$step.eval.json"
