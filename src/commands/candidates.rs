@@ -82,7 +82,8 @@ pub struct CandidatesArgs {
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Write the RL model's ideas even when the run's checkpoint selection found no checkpoint
-    /// that beats the warm-up on the held-out criterion (`train --eval-every`).
+    /// that beats the warm-up on the held-out criterion (`train --eval-every`); the run then kept
+    /// its warm-up model as its RL adapter, so they are the warm-up's, under the RL version.
     #[arg(long)]
     pub force: bool,
 }

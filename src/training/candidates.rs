@@ -53,11 +53,11 @@ impl CandidateRun {
             && !choice.beats_warmup
         {
             bail!(
-                "--run {}: RL did not beat its warm-up on the held-out {} ({:.3} at RL step {} against the warm-up's {:.3}: gain {:+.3}, standard error {:.3}, on {} validation contexts), so its ideas are not written; `--model warmup` writes the warm-up's, --force writes these anyway",
+                "--run {}: RL did not beat its warm-up on the held-out {} (best {:.3} at RL step {} against the warm-up's {:.3}: gain {:+.3}, standard error {:.3}, on {} validation contexts), so the run kept its warm-up model and its RL ideas are not written; `--model warmup` writes the warm-up's ideas under its own version, --force writes them under the RL version anyway",
                 dir.display(),
                 choice.criterion.as_str(),
-                choice.value,
-                choice.rl_step,
+                choice.best_value,
+                choice.best_rl_step,
                 choice.warmup_value,
                 choice.gain,
                 choice.gain_se,
