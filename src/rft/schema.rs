@@ -52,9 +52,10 @@ const MIN_SECONDS: f64 = 0.001;
 /// or being proposed (current configurations and logged diffs). Under a catalogue the grammar
 /// writes names from it only, and a tool list is no longer than the longest the organization
 /// has had, so RL spends no sample on an invented name (which `candidates` and the learned
-/// grader would refuse anyway) and no list grows without end. It does not bound a sample's
-/// tokens: a list of the catalogue's length with a timeout on each tool, or a long system
-/// prompt, can still run past `--max-new-tokens`.
+/// grader would refuse anyway) and no list grows without end. What bounds a sample's tokens is
+/// the sampler: near `--max-new-tokens` it closes the JSON by the grammar's shortest way
+/// (`trainer::generate`), since a list of the catalogue's length with a timeout on each tool can
+/// be longer than the limit.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Catalogue {
     pub models: std::collections::BTreeSet<String>,

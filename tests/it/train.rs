@@ -521,6 +521,50 @@ async fn bad_input_is_named() {
     }
 }
 
+/// Issue 53: under the grammar (model and tool names from the organization's catalogue, lists
+/// bounded, and a sample near its token limit closed by construction) a barely trained model's
+/// RL samples and evaluation are all well formed. Before, a briefly trained run had 2 of 24
+/// samples cut at the limit inside a tool list, and with the catalogue alone 1 of 16 here.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_barely_trained_model_writes_only_well_formed_recommendations_under_the_grammar() {
+    let fixture = fixture().await;
+    let root = tempfile::tempdir().unwrap();
+    let out = root.path().join("run");
+    run(arc_rec(&fixture.db.url)
+        .arg("train")
+        .arg("--data")
+        .arg(fixture.data())
+        .arg("--model")
+        .arg(fixture.model())
+        .arg("--out")
+        .arg(&out)
+        .args(world_grader_args())
+        .args(["--sft-steps", "40", "--steps", "2", "--eval-every", "0"])
+        .args(["--k", "2", "--n", "8", "--prompts-per-step", "2"])
+        .args(["--device", "cpu", "--seed", "3", "--no-record"]));
+    let lines = read_metrics(&out).unwrap();
+    let rl: Vec<_> = lines
+        .iter()
+        .filter_map(|line| match line {
+            MetricsLine::Step(step) => step.rl.as_ref(),
+            MetricsLine::Rollback(_) | MetricsLine::Selection(_) => None,
+        })
+        .collect();
+    assert_eq!(rl.len(), 2);
+    for metrics in rl {
+        assert_eq!(metrics.format_validity, 1.0, "{metrics:?}");
+    }
+    let stdout = run(arc_rec(&fixture.db.url)
+        .args(["eval", "--run"])
+        .arg(&out)
+        .args(["--models", "warmup,rl", "--n", "8", "--max-prompts", "6"])
+        .args(["--device", "cpu", "--json"]));
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    for model in report["models"].as_array().unwrap() {
+        assert_eq!(model["format_validity"], 1.0, "{model}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn eval_compares_the_base_warm_up_and_rl_models_on_held_out_prompts() {
     let fixture = fixture().await;

@@ -4,8 +4,10 @@
 //! A [`Grammar`] is compiled once per (tokenizer, schema) and shared; each completion gets a
 //! [`TokenMatcher`], which answers "which tokens may come next" ([`TokenMatcher::allowed`], a
 //! [`TokenSet`] bitset) and advances past the token the sampler drew ([`TokenMatcher::consume`]).
-//! Sampling under the mask and recomputing log-probs under the same masks (replaying the tokens
-//! through a fresh matcher gives the same sets) keeps the masked policy the one that is trained.
+//! Sampling under the mask and recomputing log-probs under the same masks (the sampler records
+//! each step's set) keeps the masked policy the one that is trained. Near its token limit a
+//! sample is closed by construction: [`TokenMatcher::closing_path`] finds a short way to end,
+//! and the sampler allows only its tokens (`generate::allowed_sets`).
 //!
 //! Why these choices:
 //! - The tokenizer reaches llguidance as `tokenizer.json` bytes through
@@ -30,6 +32,11 @@ use llguidance::api::{StopReason, TopLevelGrammar};
 use llguidance::toktrie::{SimpleVob, TokEnv, TokenId};
 use llguidance::{Matcher, ParserFactory};
 use toktrie_hf_tokenizers::ByteTokenizer;
+
+/// Positions [`TokenMatcher::closing_path`] visits at most (each computes one mask).
+pub const CLOSING_SEARCH_NODES: usize = 400;
+/// Tokens it tries at each position at most.
+pub const CLOSING_SEARCH_BRANCHES: usize = 4;
 
 /// Why a grammar could not be compiled or a completion cannot continue under it.
 #[derive(Debug, thiserror::Error)]
@@ -404,6 +411,94 @@ impl TokenMatcher {
                 && self.matcher.stop_reason() != StopReason::NotStopped)
     }
 
+    /// A copy of this position that advances on its own.
+    fn fork(&self) -> TokenMatcher {
+        TokenMatcher {
+            grammar: Arc::clone(&self.grammar),
+            matcher: self.matcher.deep_clone(),
+            ended_by_stop: self.ended_by_stop,
+            mask: self.mask.clone(),
+        }
+    }
+
+    /// A short way to end the completion from here: tokens the grammar allows, one after
+    /// another, the last a stop id, at most `limit` of them; `None` when the search finds none
+    /// within `limit` tokens and [`CLOSING_SEARCH_NODES`] positions. A depth-first search that
+    /// tries, at each position, a stop id first, then tokens of only closing characters (`"`,
+    /// `}`, `]`; longest first), then content (letters, digits, `_`, `.`, `-`; longest first,
+    /// which completes an enum value or a number soonest), then the rest (shortest first), and
+    /// at most [`CLOSING_SEARCH_BRANCHES`] of them. It does not move this matcher.
+    pub fn closing_path(&self, limit: usize) -> Result<Option<Vec<i64>>, GrammarError> {
+        if self.ended_by_stop || limit == 0 {
+            return Ok(None);
+        }
+        let mut path = Vec::new();
+        let mut nodes = 0;
+        let found = self.fork().search_closing(limit, &mut nodes, &mut path)?;
+        Ok(found.then_some(path))
+    }
+
+    fn search_closing(
+        &mut self,
+        limit: usize,
+        nodes: &mut usize,
+        path: &mut Vec<i64>,
+    ) -> Result<bool, GrammarError> {
+        *nodes += 1;
+        if *nodes > CLOSING_SEARCH_NODES {
+            return Ok(false);
+        }
+        let allowed = match self.allowed() {
+            Ok(allowed) => allowed,
+            Err(GrammarError::DeadEnd(_)) => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        if let Some(&stop) = self
+            .grammar
+            .stop_ids
+            .iter()
+            .find(|&&id| allowed.contains(i64::from(id)))
+        {
+            path.push(i64::from(stop));
+            return Ok(true);
+        }
+        if limit <= 1 {
+            return Ok(false);
+        }
+        let trie = self.grammar.tok_env.tok_trie();
+        let mut ranked: Vec<(u8, isize, i64)> = allowed
+            .iter()
+            .filter(|&id| (id as usize) < self.grammar.tokenizer_vocab)
+            .map(|id| {
+                let bytes = trie.token(id as TokenId);
+                let closing = !bytes.is_empty() && bytes.iter().all(|b| b"\"}]".contains(b));
+                let content = !bytes.is_empty()
+                    && bytes
+                        .iter()
+                        .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(b));
+                let len = bytes.len() as isize;
+                match (closing, content) {
+                    (true, _) => (0, -len, id),
+                    (false, true) => (1, -len, id),
+                    (false, false) => (2, len, id),
+                }
+            })
+            .collect();
+        ranked.sort_unstable();
+        for &(_, _, token) in ranked.iter().take(CLOSING_SEARCH_BRANCHES) {
+            let mut next = self.fork();
+            if next.consume(token).is_err() {
+                continue;
+            }
+            path.push(token);
+            if next.search_closing(limit - 1, nodes, path)? {
+                return Ok(true);
+            }
+            path.pop();
+        }
+        Ok(false)
+    }
+
     /// A token as text for error messages (special tokens as their names, bytes lossily).
     fn token_text(&self, token: i64) -> String {
         match TokenId::try_from(token) {
@@ -436,6 +531,17 @@ pub struct TokenSet {
 }
 
 impl TokenSet {
+    /// Only `id` (which must be below `vocab_size`).
+    pub fn only(id: i64, vocab_size: usize) -> Self {
+        let mut set = Self::empty(vocab_size);
+        if let Ok(id) = usize::try_from(id)
+            && id < vocab_size
+        {
+            set.insert(id);
+        }
+        set
+    }
+
     /// No token.
     pub fn empty(vocab_size: usize) -> Self {
         Self {

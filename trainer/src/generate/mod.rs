@@ -484,6 +484,11 @@ struct SampleState {
     finished: bool,
     /// Where the sample is in the request's grammar.
     matcher: Option<TokenMatcher>,
+    /// The tokens that end the completion before its token limit, once it came near it (see
+    /// [`allowed_sets`]); each step allows only the first.
+    closing: Vec<i64>,
+    /// No closing path was found within the tokens left: the sample samples on, and may be cut.
+    closing_failed: bool,
 }
 
 impl SampleState {
@@ -513,6 +518,8 @@ impl SampleState {
             rng: ChaCha8Rng::from_seed(key),
             finished: false,
             matcher,
+            closing: Vec::new(),
+            closing_failed: false,
         }
     }
 
@@ -673,15 +680,21 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
         if self.grammar_schedule == GrammarSchedule::AfterForward {
             let logits = forward(cache)?;
             let started = Instant::now();
-            let sets = allowed_sets(&mut self.states, &self.rows, vocab_size)?;
+            let sets = allowed_sets(
+                &mut self.states,
+                &self.rows,
+                vocab_size,
+                self.request.max_new_tokens,
+            )?;
             self.counters.mask_time += started.elapsed();
             return Ok((logits, Some(sets)));
         }
         let (states, rows) = (&mut self.states, &self.rows);
+        let max_new_tokens = self.request.max_new_tokens;
         let (logits, sets, work, waited) = std::thread::scope(|scope| {
             let worker = scope.spawn(move || {
                 let started = Instant::now();
-                let sets = allowed_sets(states, rows, vocab_size);
+                let sets = allowed_sets(states, rows, vocab_size, max_new_tokens);
                 (sets, started.elapsed())
             });
             let logits = forward(cache);
@@ -710,7 +723,14 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
     /// Each cache row's allowed next tokens when the request has a grammar.
     fn allowed_sets(&mut self) -> Result<Option<Vec<TokenSet>>, GenerateError> {
         self.grammar_vocab_size()
-            .map(|vocab_size| allowed_sets(&mut self.states, &self.rows, vocab_size))
+            .map(|vocab_size| {
+                allowed_sets(
+                    &mut self.states,
+                    &self.rows,
+                    vocab_size,
+                    self.request.max_new_tokens,
+                )
+            })
             .transpose()
     }
 
@@ -776,6 +796,10 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
                 let consume_started = Instant::now();
                 matcher.consume(token)?;
                 state.sample.allowed.push(sets[row].clone());
+                if !state.closing.is_empty() {
+                    // The set allowed only the closing way's next token.
+                    state.closing.remove(0);
+                }
                 mask_time += consume_started.elapsed();
             }
             if let Some(reason) =
@@ -845,21 +869,53 @@ impl<'m, 'r, 'a> Decoder<'m, 'r, 'a> {
 
 /// Whether a sample whose completion is now `tokens` ends here, and why. Eos wins over a stop
 /// string completed by the same token; the length limit comes last.
+/// Within this many tokens of `max_new_tokens`, a constrained sample looks for a way to end.
+const CLOSING_WINDOW: usize = 32;
+/// It takes that way once the way is this close to the tokens left: one more free token could
+/// lengthen it (a new list item, a key), and this is the room left for that.
+const CLOSING_SLACK: usize = 8;
+
 /// Each cache row's allowed next tokens: the sample's grammar state for unfinished rows, every
-/// token of the `vocab_size` for finished ones (their token is unused). Touches only the matchers,
-/// so it may run beside the forward.
+/// token of the `vocab_size` for finished ones (their token is unused). Touches only the
+/// samples' states, so it may run beside the forward.
+///
+/// Near `max_new_tokens` a constrained sample is closed by construction rather than cut: within
+/// [`CLOSING_WINDOW`] tokens of the limit it asks its matcher for a short way to end
+/// ([`TokenMatcher::closing_path`]); once that way's length plus [`CLOSING_SLACK`] reaches the
+/// tokens left, every further step allows only the way's next token. A forced step's allowed
+/// set is that one token, and it is recorded as the step's set, so its log-prob under the mask
+/// is 0 and the loss, which reads the recorded sets, trains nothing on it.
 fn allowed_sets(
     states: &mut [SampleState],
     rows: &[usize],
     vocab_size: usize,
+    max_new_tokens: usize,
 ) -> Result<Vec<TokenSet>, GenerateError> {
     let mut sets = Vec::with_capacity(rows.len());
     for &sample in rows {
         let state = &mut states[sample];
-        match (&mut state.matcher, state.finished) {
-            (Some(matcher), false) => sets.push(matcher.allowed()?),
-            _ => sets.push(TokenSet::full(vocab_size)),
-        }
+        let set = match (&mut state.matcher, state.finished) {
+            (Some(matcher), false) => {
+                if state.closing.is_empty() && !state.closing_failed {
+                    let left = max_new_tokens.saturating_sub(state.sample.tokens.len());
+                    if left <= CLOSING_WINDOW {
+                        match matcher.closing_path(left)? {
+                            Some(path) if path.len() + CLOSING_SLACK >= left => {
+                                state.closing = path;
+                            }
+                            Some(_) => {}
+                            None => state.closing_failed = true,
+                        }
+                    }
+                }
+                match state.closing.first() {
+                    Some(&token) => TokenSet::only(token, vocab_size),
+                    None => matcher.allowed()?,
+                }
+            }
+            _ => TokenSet::full(vocab_size),
+        };
+        sets.push(set);
     }
     Ok(sets)
 }

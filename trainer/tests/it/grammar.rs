@@ -945,3 +945,86 @@ fn reduced_precision_batches_are_rescored_by_the_trainer_forward() {
         );
     }
 }
+
+/// From anywhere a random walk reaches, the matcher's closing path ends the text: every token of
+/// it is allowed in turn, the last is a stop id, the text is JSON of the schema, and the path
+/// is no longer than asked for; the matcher it came from does not move.
+#[test]
+fn a_closing_path_ends_the_text_from_wherever_a_walk_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json_bytes, tokenizer) = tiny_tokenizer(dir.path());
+    let stops = stop_ids(&tokenizer);
+    let grammar =
+        Grammar::from_json_schema(&json_bytes, &schema(), &stops, tokenizer.vocab_size()).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let mut longest = 0;
+    for walk in 0..40 {
+        // Stop the walk anywhere in its first 60 tokens.
+        let steps = rng.random_range(0..60);
+        let mut matcher = grammar.matcher().unwrap();
+        let mut tokens = Vec::new();
+        for _ in 0..steps {
+            let ids: Vec<i64> = matcher
+                .allowed()
+                .unwrap()
+                .iter()
+                .filter(|id| !stops.contains(id))
+                .collect();
+            if ids.is_empty() {
+                break;
+            }
+            let t = ids[rng.random_range(0..ids.len())];
+            matcher.consume(t).unwrap();
+            tokens.push(t);
+        }
+        let before = matcher.allowed().unwrap();
+        let path = matcher
+            .closing_path(40)
+            .unwrap()
+            .unwrap_or_else(|| panic!("walk {walk}: no way to end {tokens:?}"));
+        assert!(path.len() <= 40);
+        assert_eq!(matcher.allowed().unwrap(), before, "the matcher moved");
+        let (&stop, body) = path.split_last().unwrap();
+        assert!(stops.contains(&stop));
+        feed(&mut matcher, &path, &tokenizer);
+        assert!(matcher.is_finished());
+        tokens.extend_from_slice(body);
+        let text = tokenizer
+            .decode(&tokens.iter().map(|&t| t as u32).collect::<Vec<_>>(), false)
+            .unwrap();
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert!(TYPES.contains(&value["type"].as_str().unwrap()), "{text}");
+        longest = longest.max(path.len());
+    }
+    eprintln!("longest closing path: {longest} tokens");
+    // Too few tokens to end: none is made up.
+    let start = grammar.matcher().unwrap();
+    assert_eq!(start.closing_path(2).unwrap(), None);
+}
+
+/// A random-initialised model under the grammar writes strings until it is stopped; with the
+/// token limit below its natural length every sample still ends with a stop id inside the
+/// limit, as JSON of the schema, and the forced steps' recorded sets hold only their token.
+#[test]
+fn constrained_samples_of_a_random_model_close_within_their_token_limit() {
+    use trainer::generate::{FinishReason, generate};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (policy, grammar, prompt) = tiny_policy_with_grammar(dir.path());
+    for (limit, seed) in [(40, 1), (64, 2)] {
+        let mut request = constrained_request(&policy, &grammar, &prompt, 12, limit);
+        request.seed = seed;
+        let generation = generate(&policy.model, &request).unwrap();
+        for sample in &generation.samples {
+            let text = policy.decode(&sample.tokens);
+            assert_eq!(sample.finish_reason, FinishReason::Eos, "{limit}: {text}");
+            assert!(sample.tokens.len() <= limit);
+            let value: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{limit}: {text}: {e}"));
+            assert!(TYPES.contains(&value["type"].as_str().unwrap()), "{text}");
+            for (token, set) in sample.tokens.iter().zip(&sample.allowed) {
+                assert!(set.contains(*token));
+            }
+        }
+    }
+}
