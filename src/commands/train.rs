@@ -144,7 +144,8 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 0.0)]
     pub lora_dropout: f64,
     /// Most tokens per sampled completion. The world's longest accepted recommendation is 110
-    /// tokens of the tiny preset's tokenizer (a whole tool list); 96 cut 1% of them.
+    /// tokens of the tiny preset's tokenizer (a whole tool list); 96 cut 1% of them. Under the
+    /// grammar a sample near the limit is closed by the grammar's shortest way, not cut.
     #[arg(long, default_value_t = 128)]
     pub max_new_tokens: usize,
     /// Sampling temperature of the RL samples (their log-probs, the loss's and the reference's

@@ -79,7 +79,10 @@ async fn verl_rows_and_the_grader_process_give_eval_s_rewards() {
         .args(world_grader_args())
         .args(["--sft-steps", "2", "--sft-batch", "4", "--steps", "1"])
         .args(["--k", "2", "--n", "2", "--prompts-per-step", "1"])
-        .args(["--max-new-tokens", "24", "--device", "cpu", "--no-record"]));
+        // Room for a few free tokens before the sampler closes the JSON (within 32 tokens of the
+        // limit it takes the grammar's shortest way out): at 24 every sample of this barely
+        // trained model was that one shortest answer, and every reward the same.
+        .args(["--max-new-tokens", "64", "--device", "cpu", "--no-record"]));
 
     // The rows: one per prompt of the run's data, in its order, with the ids the grader checks.
     let rows_path = dir.path().join("rows.jsonl");
