@@ -557,7 +557,7 @@ async fn a_barely_trained_model_writes_only_well_formed_recommendations_under_th
     let stdout = run(arc_rec(&fixture.db.url)
         .args(["eval", "--run"])
         .arg(&out)
-        .args(["--models", "warmup,rl", "--n", "8", "--max-prompts", "6"])
+        .args(["--models", "warmup", "--n", "8", "--max-prompts", "4"])
         .args(["--device", "cpu", "--json"]));
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     for model in report["models"].as_array().unwrap() {
