@@ -37,7 +37,8 @@ if [ -f "$run/summary.json" ]; then
 elif [ -f "$run/config.json" ]; then
   $arc_rec train --resume "$run"
 else
-  # 150 RL steps, not the default 200, keep a fresh machine's whole quick start under 20 minutes.
+  # 150 RL steps, not the default 200, to shorten the quick start (on 2 cores it still takes
+  # about half an hour in all: README's quick start).
   $arc_rec train --data out/examples.jsonl --model models/tiny --out "$run" --objective pass@k --k 4 --n 8 --steps 150
 fi
 
