@@ -33,7 +33,7 @@ use super::run_dir::{
 };
 use super::seeds::{EpochOrder, StepSeeds, Stream, derive_seed, salted_seed};
 use super::selection::{
-    Choice, EVAL_POINT_PREFIX, HeldOutMenus, SelectionPoint, choose, eval_point_dir,
+    Choice, EVAL_POINT_PREFIX, HeldOutMenus, Scored, SelectionPoint, choose, eval_point_dir,
 };
 use super::settings::TrainSettings;
 use super::update::{policy_update, score_batch};
@@ -160,11 +160,11 @@ pub fn train(
         prompts: &prompts,
         grammar: grammar.as_ref(),
     };
-    let selector = Selector::open(settings, &learner.policy, dataset, observer)?;
+    let mut selector = Selector::open(settings, &learner.policy, dataset, observer)?;
     let mut orders = Orders::new(settings, &prompts, &examples, state.salt);
     let total = settings.total_steps();
     while state.step < total {
-        if let Some(selector) = &selector {
+        if let Some(selector) = &mut selector {
             selector.score_if_due(&mut run, settings, &learner, state.step, observer)?;
         }
         let step = state.step;
@@ -247,7 +247,7 @@ pub fn train(
             })?;
         }
     }
-    let selection = match &selector {
+    let selection = match &mut selector {
         Some(selector) => {
             selector.score_if_due(&mut run, settings, &learner, state.step, observer)?;
             selector.choose(&run, settings)?
@@ -291,6 +291,9 @@ pub fn train(
 struct Selector<'p> {
     menus: HeldOutMenus<'p>,
     every: u64,
+    /// The warm-up's scores (RL step 0), which every later point's margin is measured from:
+    /// kept when scored, or read once from the metrics after a resume.
+    warmup: Option<Scored>,
 }
 
 impl<'p> Selector<'p> {
@@ -325,6 +328,7 @@ impl<'p> Selector<'p> {
         Ok(Some(Self {
             menus,
             every: settings.eval_every,
+            warmup: None,
         }))
     }
 
@@ -332,7 +336,7 @@ impl<'p> Selector<'p> {
     /// first step, every `every` RL steps, its last), keeping its adapter beside the line.
     /// A point is scored again after a resume or rollback to before it (its line was truncated).
     fn score_if_due(
-        &self,
+        &mut self,
         run: &mut RunDir,
         settings: &TrainSettings,
         learner: &Learner,
@@ -350,20 +354,21 @@ impl<'p> Selector<'p> {
             .menus
             .score(&learner.policy, settings.temperature)
             .with_context(|| format!("scoring the checkpoint of RL step {rl_step}"))?;
-        // The margin is measured from the warm-up's point (RL step 0), kept in the metrics.
-        let warmup = if rl_step == 0 {
-            None
-        } else {
+        if rl_step == 0 {
+            self.warmup = Some(scores.clone());
+        } else if self.warmup.is_none() {
+            // Resumed after the warm-up's point: its scores are in the metrics.
             let lines = super::run_dir::read_metrics(run.root())?;
-            super::metrics::selection_points(&lines)
+            self.warmup = super::metrics::selection_points(&lines)
                 .find(|point| point.rl_step == 0)
-                .map(|point| point.scored.clone())
-        };
+                .map(|point| point.scored.clone());
+        }
+        let warmup = self.warmup.as_ref().filter(|_| rl_step > 0);
         let point = SelectionPoint::new(
             step,
             rl_step,
             scores,
-            warmup.as_ref(),
+            warmup,
             started.elapsed().as_secs_f64(),
         );
         let base = rl_base(settings, run.root());
