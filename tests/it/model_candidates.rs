@@ -75,7 +75,8 @@ async fn a_run_whose_rl_only_gets_worse_keeps_its_warm_up_and_candidates_refuse_
         .arg("--out")
         .arg(&out)
         .args(world_grader_args())
-        .args(["--sft-steps", "10", "--lr-schedule", "constant"])
+        .args(["--sft-steps", "10", "--sft-batch", "4"])
+        .args(["--lr-schedule", "constant"])
         .args([
             "--steps",
             "6",
