@@ -107,6 +107,11 @@ cleanup() {
 trap 'stop_beside; cleanup; stage_table' EXIT
 cleanup
 
+# No incremental caches for the workspace's own crates: a clean build (CI's) compiles them ~20%
+# faster without writing them (measured: 302 → 236 s for the members' test build,
+# docs/experiments/test-command-stages.md). CARGO_INCREMENTAL=1 keeps them when iterating.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 stage "cargo fmt --check"
 cargo fmt --all --check
 # Clippy lints the workspace's own crates while the tests build: `cargo clippy` is `cargo check`
