@@ -1,6 +1,7 @@
 //! `arc-rec eval`: a run's base, warm-up and RL models side by side on the held-out prompts of
-//! its data (the test split; the validation split for an export without one): pass@k and maj@k for k = 1..n, format validity, and with the world grader
-//! the true acceptance of the greedy recommendation and of the best of k, between the floors and
+//! its data (the test split; the validation split for an export without one): pass@k and maj@k
+//! for k = 1..n, format validity, and with the world grader the true acceptance of the greedy
+//! recommendation and of the best of k, between the floors and
 //! the ceiling of [`crate::training::baselines`] on the same prompts (logged heuristic, random
 //! pick from the menu, menu oracle) with the share of the gap to the oracle each model closes,
 //! and for a learned-grader run the truth of what its learned grader picks among k samples.
