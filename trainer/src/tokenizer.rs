@@ -393,7 +393,6 @@ where
     let byte_level = ByteLevel::new(false, false, false);
     tokenizer
         .with_normalizer(Some(NFC))
-        .map_err(train_err)?
         .with_pre_tokenizer(Some(Sequence::new(vec![split.into(), byte_level.into()])))
         .with_post_processor(Some(byte_level))
         .with_decoder(Some(byte_level));
