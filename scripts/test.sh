@@ -130,12 +130,18 @@ cargo test --locked --workspace --benches --no-run
 stage "wait for what began beside the stages (Debian's packages, the Python peers, .venv-verl)"
 await debian-packages
 await python-envs
-stage "cargo nextest run (every test of the workspace; slow tests named)"
+stage "arc-rec's unit tests in one process (cargo test --lib)"
+# Its ~230 unit tests are short, and each of nextest's processes first loads libtorch: one
+# process ran them in 39 s, nextest's one per test in 73 s (docs/experiments/test-command-stages.md).
+# None of them seeds libtorch's process-wide generator, which is what would make a shared process
+# matter; the trainer's unit tests do, and stay in nextest.
+OMP_NUM_THREADS=1 cargo test --locked -p arc-rec --lib
+stage "cargo nextest run (every other test of the workspace; slow tests named)"
 # nextest runs a test per core at once; each that trains starts libtorch, whose OpenMP pool would
 # take a thread per core and spin-wait, so two such tests on two cores fight for four spinning
 # threads (measured: the learned-grader and model-candidates tests took 4 min 46 s together, 2 min
 # 27 s with one thread each). A run alone, like the quick start's, keeps libtorch's default.
-OMP_NUM_THREADS=1 cargo nextest run --workspace --locked
+OMP_NUM_THREADS=1 cargo nextest run --workspace --locked -E 'not (package(arc-rec) & kind(lib))'
 # The Python checks and the service without libtorch, side by side: that build is mostly one
 # crate's compile on one core, the Python checks mostly one interpreter on the other.
 python_checks() {
