@@ -135,7 +135,17 @@ stage "arc-rec's unit tests in one process (cargo test --lib)"
 # process ran them in 39 s, nextest's one per test in 73 s (docs/experiments/test-command-stages.md).
 # None of them seeds libtorch's process-wide generator, which is what would make a shared process
 # matter; the trainer's unit tests do, and stay in nextest.
-OMP_NUM_THREADS=1 cargo test --locked -p arc-rec --lib
+# The binary the build stage made, run as it is: `cargo test -p arc-rec` would resolve the
+# dependencies' features for arc-rec alone and compile ~10 of them again (~30 s).
+arc_rec_unit_tests=$(cargo test --workspace --locked --lib --no-run --message-format=json |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "arc_rec" \
+            and m["profile"]["test"] and m.get("executable"):
+        print(m["executable"])')
+[ -x "$arc_rec_unit_tests" ] || { echo "test: no arc-rec unit test binary found" >&2; exit 1; }
+OMP_NUM_THREADS=1 "$arc_rec_unit_tests"
 stage "cargo nextest run (every other test of the workspace; slow tests named)"
 # nextest runs a test per core at once; each that trains starts libtorch, whose OpenMP pool would
 # take a thread per core and spin-wait, so two such tests on two cores fight for four spinning
