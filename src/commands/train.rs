@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use objectives::Objective;
 
 use super::DatabaseArgs;
-use crate::rft::{GraderKind, RftDataset, WorldReward};
+use crate::rft::{GraderError, GraderKind, RftDataset, WorldReward, WorldTruths};
 use crate::storage::training_runs::{self, RunStatus};
 use crate::training::learned_grader_fit::FitOn;
 use crate::training::run_dir::{
@@ -81,8 +81,10 @@ pub struct TrainArgs {
     /// world's ground truth (world), or a reward model fitted on the train split's logged
     /// approvals and rejections that scores any diff (learned; reads each organization's
     /// candidate index from the database once, then keeps the fit in RUN_DIR/grader.json).
-    #[arg(long, value_enum, default_value_t = GraderKind::World)]
-    pub grader: GraderKind,
+    /// Default: world when every configuration of the data is one the world of --world-seed and
+    /// --world-outcomes simulated, else learned (a platform's own data).
+    #[arg(long, value_enum)]
+    pub grader: Option<GraderKind>,
     /// κ of `--grader learned`: the owner accepts with the pessimistic probability σ(μ − κ·s)
     /// of the reward model's posterior (log-odds mean μ, standard deviation s), so a diff far
     /// from anything logged earns little whatever its mean says.
@@ -246,9 +248,10 @@ fn parse_objective(text: &str) -> Result<Objective, String> {
 }
 
 impl TrainArgs {
-    fn settings(&self) -> Option<TrainSettings> {
+    /// The run's settings with `grader` (the flag's, or the one the data called for).
+    fn settings(&self, grader: GraderKind) -> Option<TrainSettings> {
         let (kl_coef, kl_target) =
-            crate::training::settings::kl_budget(self.grader, self.kl_coef, self.kl_target);
+            crate::training::settings::kl_budget(grader, self.kl_coef, self.kl_target);
         Some(TrainSettings {
             data: self.data.clone()?,
             model: self.model.clone()?,
@@ -260,7 +263,7 @@ impl TrainArgs {
             sft_steps: self.sft_steps,
             sft_batch: self.sft_batch,
             warmup: self.warmup,
-            grader: self.grader,
+            grader,
             world_seed: self.world_seed,
             world_outcomes: self.world_outcomes,
             world_reward: self.world_reward,
@@ -382,11 +385,17 @@ impl Prepared {
     }
 
     async fn create(args: &TrainArgs, database: &DatabaseArgs) -> anyhow::Result<Self> {
-        let settings = args
-            .settings()
-            .context("--data, --model and --out are required")?;
+        let required = "--data, --model and --out are required";
+        // The data decides the default grader; every other setting is checked first, so a typo
+        // is named before the data is read.
+        let provisional = args
+            .settings(args.grader.unwrap_or(GraderKind::World))
+            .context(required)?;
+        provisional.validate().map_err(anyhow::Error::msg)?;
+        let dataset = load_data(&provisional)?;
+        let grader = choose_grader(args.grader, &provisional, &dataset)?;
+        let settings = args.settings(grader).context(required)?;
         settings.validate().map_err(anyhow::Error::msg)?;
-        let dataset = load_data(&settings)?;
         if !settings.model.join("config.json").is_file() {
             anyhow::bail!(
                 "--model {}: not a model checkpoint (no config.json); write one with `arc-rec model init --preset tiny --out DIR`",
@@ -413,6 +422,35 @@ impl Prepared {
             run_id,
             dataset,
         })
+    }
+}
+
+/// The run's grader: `--grader` when given (the world's checked against the data here, before
+/// a run directory or a database row exists), else world for data the world of `--world-seed`
+/// and `--world-outcomes` simulated (its configurations are seeded UUIDs no platform shares) and
+/// learned for anything else.
+fn choose_grader(
+    flag: Option<GraderKind>,
+    settings: &TrainSettings,
+    dataset: &RftDataset,
+) -> anyhow::Result<GraderKind> {
+    let fits_world = || WorldTruths::new(settings.world_params(), &dataset.prompts);
+    match flag {
+        Some(GraderKind::World) => {
+            fits_world().map_err(GraderError::from)?;
+            Ok(GraderKind::World)
+        }
+        Some(kind) => Ok(kind),
+        None => Ok(match fits_world() {
+            Ok(_) => GraderKind::World,
+            Err(_) => {
+                println!(
+                    "grader: learned (the data's configurations are not those of the world of --world-seed {} and --world-outcomes {}; give --grader to choose)",
+                    settings.world_seed, settings.world_outcomes
+                );
+                GraderKind::Learned
+            }
+        }),
     }
 }
 

@@ -99,7 +99,7 @@ pub struct Verdict {
 #[derive(Debug, thiserror::Error)]
 pub enum GraderError {
     #[error(
-        "--grader world: the data does not fit the world (give the --world-seed and --world-outcomes the data was simulated with, or use --grader logged)"
+        "--grader world: the data does not fit the world (give the --world-seed and --world-outcomes the data was simulated with; for a platform's own data, --grader learned)"
     )]
     World(#[from] WorldTruthError),
     #[error(transparent)]

@@ -490,6 +490,9 @@ async fn bad_input_is_named() {
             vec!["--data".into(), empty_train.display().to_string()],
             "train split is empty",
         ),
+        // The fixture's world is not the default world 1: the world grader cannot judge this
+        // data, and the error names the grader a platform's own data wants.
+        (vec!["--grader".into(), "world".into()], "--grader learned"),
     ];
     for (index, (overrides, expected)) in cases.into_iter().enumerate() {
         let mut args = vec![
@@ -518,7 +521,27 @@ async fn bad_input_is_named() {
         assert!(!output.status.success(), "{args:?} succeeded");
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
+        // Checked before anything is made: no half-made run directory is left behind.
+        assert!(
+            !root.path().join(format!("run-{index}")).exists(),
+            "{args:?} left a run directory"
+        );
     }
+
+    // Without --grader, data that is not the given world's is a platform's own: the learned
+    // grader is chosen (and said), before the model is read.
+    let output = arc_rec(&fixture.db.url)
+        .args(["train", "--no-record", "--device", "cpu", "--data"])
+        .arg(fixture.data())
+        .arg("--model")
+        .arg(&not_a_checkpoint)
+        .arg("--out")
+        .arg(root.path().join("run-default-grader"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success());
+    assert!(stdout.contains("grader: learned (the data's configurations are not those of the world of --world-seed 1"), "{stdout}");
 }
 
 /// Issue 53: under the grammar (model and tool names from the organization's catalogue, lists
