@@ -31,6 +31,10 @@ pub enum Command {
     /// Create, list, rate-limit and revoke API keys.
     #[command(subcommand)]
     Keys(crate::commands::keys::KeysCommand),
+    /// Model versions' lifecycle: list what each served and how it was answered, retire one
+    /// (its candidates leave serving) or promote it back.
+    #[command(subcommand)]
+    Models(crate::commands::models::ModelsCommand),
     /// Analysts' numbers in a terminal: acceptance rates with intervals, grouped.
     #[command(subcommand)]
     Analytics(crate::commands::analytics::AnalyticsCommand),

@@ -150,6 +150,7 @@ async fn dispatch(
         Command::Ingest(args) => commands::ingest::run(args, database, metrics).await,
         Command::Export(args) => commands::export::run(args, database, metrics).await,
         Command::Keys(keys) => commands::keys::run(keys, database).await,
+        Command::Models(models) => commands::models::run(models, database).await,
         Command::Analytics(analytics) => commands::analytics::run(analytics, database).await,
         Command::Report(args) => commands::report::run(args, database).await,
         Command::Cluster(args) => commands::cluster::run(args, database).await,

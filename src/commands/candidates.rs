@@ -22,6 +22,7 @@ use crate::rft::model_candidates::{
 };
 use crate::storage::candidate_stats::{SavedCandidates, save_model_candidates_by_cluster};
 use crate::storage::clusters::active_cluster_ids;
+use crate::storage::model_versions::{self, VersionStatus};
 use crate::storage::training_runs;
 use crate::training::candidates::{
     CandidateRun, Generated, GenerationOptions, generate, harvest_all,
@@ -345,6 +346,14 @@ async fn save(
                         .await
                         .with_context(|| format!("writing {org}'s candidates"))?;
                 saved.insert(org.clone(), written);
+                // Written again for a version someone retired: stored, not served.
+                if model_versions::status(&pool, org, &model_version).await?
+                    == Some(VersionStatus::Retired)
+                {
+                    println!(
+                        "note: {org}'s model version {model_version} is retired: its candidates are stored but not served (`arc-rec models promote --org {org} {model_version}` serves them)"
+                    );
+                }
             }
             Ok(saved)
         })

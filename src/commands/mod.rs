@@ -22,6 +22,7 @@ pub mod keys;
 pub mod load;
 #[cfg(feature = "rft")]
 pub mod model;
+pub mod models;
 pub mod peak_memory;
 pub mod report;
 pub mod serve;

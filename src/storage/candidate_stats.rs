@@ -197,8 +197,9 @@ pub async fn tools_called(
 /// Most model-generated candidates [`load_model_candidates`] returns.
 pub const MODEL_CANDIDATE_LIMIT: i64 = 200;
 
-/// Every model candidate of `org` with the cluster it was generated for (`None`: any cluster),
-/// newest first; the serving state caches these instead of querying per request.
+/// Every model candidate of `org`'s live model versions (`model_versions::set_status`) with the
+/// cluster it was generated for (`None`: any cluster), newest first; the serving state caches
+/// these instead of querying per request.
 pub async fn load_model_candidates_by_cluster(
     pool: &PgPool,
     org: &str,
@@ -218,8 +219,11 @@ pub async fn load_model_candidates_by_cluster(
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT cluster_id, recommendation_type, diff, description, expected_reliability_delta,
                 expected_cost_delta_usd, evidence_count, model_version_id, prior_mean, prior_sd
-         FROM candidate_recommendations
-         WHERE org_id = $1 AND source = 'model'
+         FROM candidate_recommendations c
+         WHERE org_id = $1 AND source = 'model' AND EXISTS (
+             SELECT 1 FROM model_versions v
+             WHERE v.org_id = c.org_id AND v.model_version_id = c.model_version_id
+               AND v.status = 'live')
          ORDER BY created_at DESC, candidate_id
          LIMIT $2",
     )
@@ -252,30 +256,37 @@ pub async fn load_model_candidates_by_cluster(
         .collect())
 }
 
-/// What a model-candidate reload compares: how many model candidates an organization has and
-/// when the newest was stored. `save_model_candidates_by_cluster` changes it on every write
-/// (a taken-over row gets a new `created_at`).
-pub type ModelCandidatesMark = (i64, Option<DateTime<Utc>>);
+/// What a model-candidate reload compares: how many live model candidates an organization has,
+/// when the newest was stored and when a version's status last changed.
+/// `save_model_candidates_by_cluster` changes it on every write (a taken-over row gets a new
+/// `created_at`), `model_versions::set_status` on every retire or promote.
+pub type ModelCandidatesMark = (i64, Option<DateTime<Utc>>, Option<DateTime<Utc>>);
 
-/// The [`ModelCandidatesMark`] of each of `orgs` (`(0, None)` for one without model candidates).
+/// The [`ModelCandidatesMark`] of each of `orgs` (`(0, None, None)` for one without model versions).
 pub async fn model_candidates_marks(
     pool: &PgPool,
     orgs: &[String],
 ) -> Result<HashMap<String, ModelCandidatesMark>, StorageError> {
-    let rows: Vec<(String, i64, Option<DateTime<Utc>>)> = sqlx::query_as(
-        "SELECT org_id, count(*), max(created_at) FROM candidate_recommendations
-         WHERE source = 'model' AND org_id = ANY($1) GROUP BY org_id",
+    type Row = (String, i64, Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT o,
+                (SELECT count(*) FROM candidate_recommendations c
+                 JOIN model_versions v USING (org_id, model_version_id)
+                 WHERE c.org_id = o AND c.source = 'model' AND v.status = 'live'),
+                (SELECT max(c.created_at) FROM candidate_recommendations c
+                 JOIN model_versions v USING (org_id, model_version_id)
+                 WHERE c.org_id = o AND c.source = 'model' AND v.status = 'live'),
+                (SELECT max(status_changed_at) FROM model_versions WHERE org_id = o)
+         FROM unnest($1::text[]) AS o",
     )
     .bind(orgs)
     .fetch_all(pool)
     .await
     .context("read model candidate marks")?;
-    let mut marks: HashMap<String, ModelCandidatesMark> =
-        orgs.iter().map(|org| (org.clone(), (0, None))).collect();
-    for (org, count, newest) in rows {
-        marks.insert(org, (count, newest));
-    }
-    Ok(marks)
+    Ok(rows
+        .into_iter()
+        .map(|(org, count, newest, status_changed)| (org, (count, newest, status_changed)))
+        .collect())
 }
 
 /// The recommender model's stored candidates for an organization (and cluster, when given), newest

@@ -9,6 +9,7 @@ pub mod clusters;
 pub mod decisions;
 pub mod embedded;
 pub mod export_rows;
+pub mod model_versions;
 pub mod record_writer;
 pub mod training_runs;
 pub mod writeback_pacer;

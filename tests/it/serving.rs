@@ -1184,6 +1184,105 @@ async fn a_new_model_version_reaches_every_running_replica_within_the_bound() {
     );
 }
 
+/// Issue 54's lifecycle: `models retire` takes a version's candidates out of every running
+/// replica within the reload bound, `models promote` brings them back, and `models list` shows
+/// the version's status, decisions, answers and acceptance. An unknown version is named.
+#[tokio::test]
+async fn a_retired_version_leaves_serving_within_the_bound_and_promote_brings_it_back() {
+    use crate::helpers::run;
+    use arc_rec::recommend::service::MODEL_CANDIDATES_RELOAD_BOUND;
+
+    let app = with_contract_data().await;
+    let replica = Serving::start(app.db.pool().clone()).await.unwrap();
+    let query = || contract_query(50);
+    store_priced_candidate(app.db.pool(), "mv-new", 0.7, 0.1).await;
+    let wait_for = |want: &'static [&'static str], what: &'static str| {
+        let (app, replica) = (&app, &replica);
+        async move {
+            let changed = std::time::Instant::now();
+            for (name, serving) in [("app", &*app.serving), ("replica", &**replica)] {
+                while served_model_versions(serving, query()).await != want {
+                    assert!(
+                        changed.elapsed() < MODEL_CANDIDATES_RELOAD_BOUND,
+                        "{name} did not {what} within {MODEL_CANDIDATES_RELOAD_BOUND:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    };
+    wait_for(&["mv-new"], "serve the new version").await;
+
+    // One answer to the version's idea: accepted. (A new version is shown in at most its share
+    // of decisions until it has its answers, so not in every one.)
+    let mut shown = None;
+    for _ in 0..100 {
+        let answer = app.serving.recommend("acme", query()).await.unwrap();
+        if let Some(idea) = answer
+            .recommendations
+            .iter()
+            .find(|r| r.shown.candidate.source.model_version_id() == Some("mv-new"))
+        {
+            shown = Some((answer.event_id, idea.recommendation_id.clone()));
+            break;
+        }
+    }
+    let (event_id, recommendation_id) = shown.expect("the version's idea is shown");
+    let feedback = json!({"event_id": event_id.to_string(),
+        "recommendation_id": recommendation_id, "outcome": "accepted"});
+    assert_eq!(
+        app.post("/v1/feedback", Some(&app.platform_key), &feedback)
+            .await
+            .status(),
+        201
+    );
+
+    let stdout = run(arc_rec(&app.db.url).args(["models", "retire", "--org", "acme", "mv-new"]));
+    assert!(stdout.contains("mv-new: retired (was live)"), "{stdout}");
+    // A decision may leave a new version out under its exposure cap, so an empty answer alone
+    // proves nothing: once the bound has passed, no answer of either replica shows it.
+    tokio::time::sleep(MODEL_CANDIDATES_RELOAD_BOUND).await;
+    for serving in [&*app.serving, &*replica] {
+        for _ in 0..20 {
+            assert!(served_model_versions(serving, query()).await.is_empty());
+        }
+    }
+    let listed = run(arc_rec(&app.db.url).args(["models", "list", "--org", "acme", "--json"]));
+    let version: Value = serde_json::from_str(listed.lines().next().unwrap()).unwrap();
+    assert_eq!(version["model_version_id"], "mv-new", "{listed}");
+    assert_eq!(version["status"], "retired", "{listed}");
+    assert_eq!(version["candidates"], 1, "{listed}");
+    // The requests above showed its idea at least twice; one answer, accepted.
+    assert!(version["decisions"].as_i64() >= Some(2), "{listed}");
+    assert_eq!(
+        (&version["answered"], &version["accepted"]),
+        (&json!(1), &json!(1))
+    );
+    assert_eq!(version["acceptance"], 1.0, "{listed}");
+    let table = run(arc_rec(&app.db.url).args(["models", "list"]));
+    assert!(
+        table.contains("mv-new") && table.contains("retired"),
+        "{table}"
+    );
+
+    let stdout = run(arc_rec(&app.db.url).args(["models", "promote", "--org", "acme", "mv-new"]));
+    assert!(stdout.contains("mv-new: live (was retired)"), "{stdout}");
+    wait_for(&["mv-new"], "serve the promoted version again").await;
+    let again = run(arc_rec(&app.db.url).args(["models", "promote", "--org", "acme", "mv-new"]));
+    assert!(again.contains("already live"), "{again}");
+
+    let output = arc_rec(&app.db.url)
+        .args(["models", "retire", "--org", "acme", "rft-unknown"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("no model version rft-unknown in organization acme"),
+        "{stderr}"
+    );
+}
+
 /// The model versions of the candidates `serving` shows acme for `query`.
 async fn served_model_versions(
     serving: &Serving,

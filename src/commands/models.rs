@@ -1,0 +1,130 @@
+//! `arc-rec models`: the model versions' lifecycle — list what each served and how it was
+//! answered, retire a version (its candidates leave serving) or promote it back.
+
+use clap::Subcommand;
+
+use crate::domain::OrgId;
+use crate::recommend::service::MODEL_CANDIDATES_RELOAD_BOUND;
+use crate::storage::Database;
+use crate::storage::model_versions::{self, VersionStatus, VersionSummary};
+
+/// `arc-rec models ...`.
+#[derive(Debug, Subcommand)]
+pub enum ModelsCommand {
+    /// Every model version, newest first: status, candidates held, decisions that showed its
+    /// ideas, answers, and acceptance with its 95% interval.
+    List {
+        /// Only this organization's versions.
+        #[arg(long)]
+        org: Option<String>,
+        /// One JSON object per version instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Take a version's candidates out of serving (running servers drop them within a few
+    /// seconds); its decisions and answers stay.
+    Retire(VersionArgs),
+    /// Serve a retired version's candidates again (those a later version took over stay with
+    /// that version).
+    Promote(VersionArgs),
+}
+
+/// Which version.
+#[derive(Debug, clap::Args)]
+pub struct VersionArgs {
+    /// Organization id.
+    #[arg(long)]
+    pub org: String,
+    /// The model version (the training run's id, `rft-…`, as `models list` shows it).
+    #[arg(value_name = "VERSION")]
+    pub model_version: String,
+}
+
+/// Runs the command.
+pub async fn run(command: &ModelsCommand, database: &Database) -> anyhow::Result<()> {
+    match command {
+        ModelsCommand::List { org, json } => {
+            let org = org.as_deref().map(parse_org).transpose()?;
+            let versions =
+                model_versions::list(database.pool(), org.as_ref().map(OrgId::as_str)).await?;
+            if *json {
+                for version in &versions {
+                    println!("{}", serde_json::to_string(&list_json(version))?);
+                }
+            } else {
+                print_table(&versions);
+            }
+        }
+        ModelsCommand::Retire(args) => set(args, VersionStatus::Retired, database).await?,
+        ModelsCommand::Promote(args) => set(args, VersionStatus::Live, database).await?,
+    }
+    Ok(())
+}
+
+async fn set(args: &VersionArgs, status: VersionStatus, database: &Database) -> anyhow::Result<()> {
+    let org = parse_org(&args.org)?;
+    let Some(before) =
+        model_versions::set_status(database.pool(), org.as_str(), &args.model_version, status)
+            .await?
+    else {
+        anyhow::bail!(
+            "no model version {} in organization {org} (`arc-rec models list --org {org}` shows its versions)",
+            args.model_version
+        );
+    };
+    if before == status {
+        println!("{}: already {}", args.model_version, status.as_str());
+    } else {
+        println!(
+            "{}: {} (was {}); running servers reload within {} s",
+            args.model_version,
+            status.as_str(),
+            before.as_str(),
+            MODEL_CANDIDATES_RELOAD_BOUND.as_secs()
+        );
+    }
+    Ok(())
+}
+
+fn parse_org(raw: &str) -> anyhow::Result<OrgId> {
+    OrgId::parse(raw).map_err(|m| anyhow::anyhow!("--org: {m}"))
+}
+
+fn list_json(version: &VersionSummary) -> serde_json::Value {
+    let mut value = serde_json::to_value(version).unwrap_or_default();
+    let (rate, interval) = match version.acceptance() {
+        Some((rate, ci)) => (serde_json::json!(rate), serde_json::json!(ci)),
+        None => (serde_json::Value::Null, serde_json::Value::Null),
+    };
+    value["acceptance"] = rate;
+    value["acceptance_ci95"] = interval;
+    value
+}
+
+fn print_table(versions: &[VersionSummary]) {
+    if versions.is_empty() {
+        println!("no model versions (`arc-rec candidates` writes one's ideas into serving)");
+        return;
+    }
+    println!(
+        "{:<12} {:<42} {:<8} {:>10} {:>9} {:>8} {:>22}  created",
+        "org", "version", "status", "candidates", "decisions", "answers", "acceptance [95%]"
+    );
+    for v in versions {
+        let acceptance = match v.acceptance() {
+            Some((rate, [lo, hi])) => format!("{rate:.3} [{lo:.3}, {hi:.3}]"),
+            None => "–".to_owned(),
+        };
+        println!(
+            "{:<12} {:<42} {:<8} {:>10} {:>9} {:>8} {:>22}  {}",
+            v.org_id,
+            v.model_version_id,
+            v.status.as_str(),
+            v.candidates,
+            v.decisions,
+            v.answered,
+            acceptance,
+            v.created_at.format("%Y-%m-%d %H:%M")
+        );
+    }
+}
