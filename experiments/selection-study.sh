@@ -14,6 +14,12 @@
 # of s$SEED/run/metrics.jsonl (every held-out logged answer's log-probability, so criteria not
 # built into `train` can be computed afterwards). experiments/selection_table.py prints the
 # tables. Resumable: finished runs and evaluations are kept. $TRAIN_FLAGS are added to `train`.
+#
+# With $ARCHIVE set, a finished seed's figures (run/metrics.jsonl, run/summary.json, the points'
+# eval JSON and the binary's version and commit) are copied to $ARCHIVE/world$WORLD_SEED/s$SEED, and a seed
+# found there is not run again: a study of many hours goes on across machines or checkouts that
+# keep only the archive (docs/experiments/data/ holds the committed ones; selection_table.py
+# reads either directory).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 arc_rec="${ARC_REC:-$root/target/release/arc-rec}"
@@ -31,8 +37,25 @@ if [ ! -d tiny ]; then
   "$arc_rec" model init --preset tiny --out tiny
 fi
 
+archive_seed() {
+  local dir="$1" kept="$ARCHIVE/world$WORLD_SEED/$1"
+  mkdir -p "$kept.tmp/run" "$kept.tmp/points"
+  cp "$dir/run/metrics.jsonl" "$dir/run/summary.json" "$kept.tmp/run/"
+  cp "$dir"/points/step-*.eval.json "$kept.tmp/points/" 2>/dev/null || true
+  # The commit the binary was built from: $BINARY_COMMIT, else this checkout's HEAD.
+  { "$arc_rec" --version; echo "commit ${BINARY_COMMIT:-$(git -C "$root" rev-parse --short HEAD)}"; } \
+    > "$kept.tmp/binary"
+  rm -rf "$kept"
+  mv "$kept.tmp" "$kept"
+}
+[ -z "${ARCHIVE:-}" ] || ARCHIVE="$(mkdir -p "$ARCHIVE" && cd "$ARCHIVE" && pwd)"
+
 for seed in $SEEDS; do
   dir="s$seed"
+  if [ -n "${ARCHIVE:-}" ] && [ -f "$ARCHIVE/world$WORLD_SEED/$dir/run/summary.json" ]; then
+    echo "selection-study: seed $seed is in $ARCHIVE; skipped"
+    continue
+  fi
   mkdir -p "$dir/points"
   if [ ! -f "$dir/run/summary.json" ]; then
     if [ -f "$dir/run/config.json" ]; then
@@ -57,5 +80,6 @@ for seed in $SEEDS; do
     "$arc_rec" eval --run "$view" --models rl --n "$EVAL_N" --json > "$result.tmp"
     mv "$result.tmp" "$result"
   done
+  [ -z "${ARCHIVE:-}" ] || archive_seed "$dir"
 done
 echo "selection-study: done; tables: python3 experiments/selection_table.py $work"
