@@ -96,6 +96,28 @@ async fn the_contract_request_works_as_written_and_is_logged() {
             .await
             .unwrap();
     assert_eq!(items, 3);
+
+    // The optional `config_id` (not in the contract) is logged with the decision's context, so
+    // its answers can be grouped with the configuration's other decisions; without it the
+    // contract's request logs none.
+    let mut request = contract_request();
+    request["config_id"] = json!("c1");
+    let body: Value = app
+        .post("/v1/recommendations", Some(&app.platform_key), &request)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let logged: Vec<Option<String>> = sqlx::query_scalar(
+        "SELECT context ->> 'config_id' FROM decision_log WHERE event_id IN ($1::uuid, $2::uuid)
+         ORDER BY context ->> 'config_id' NULLS FIRST",
+    )
+    .bind(event_id)
+    .bind(body["event_id"].as_str().unwrap())
+    .fetch_all(app.db.pool())
+    .await
+    .unwrap();
+    assert_eq!(logged, [None, Some("c1".to_owned())]);
 }
 
 #[tokio::test]
@@ -187,6 +209,18 @@ async fn request_errors_name_the_field() {
             .status(),
         422
     );
+
+    for bad in [json!(""), json!(" "), json!("x".repeat(201)), json!(7)] {
+        let mut request = contract_request();
+        request["config_id"] = bad.clone();
+        let response = app.post("/v1/recommendations", key, &request).await;
+        assert_eq!(response.status(), 422, "config_id {bad}");
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(
+            error["error"]["fields"][0]["field"], "config_id",
+            "config_id {bad}: {error}"
+        );
+    }
 }
 
 #[tokio::test]

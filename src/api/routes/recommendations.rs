@@ -40,6 +40,12 @@ pub struct RecommendationRequest {
     #[serde(default)]
     #[schema(minimum = 0.0)]
     pub max_cost_increase_usd_per_run: Option<f64>,
+    /// The platform's id of the configuration that failed (optional; not in the platform
+    /// contract). Logged with the decision, so the answers to what was served can be grouped
+    /// with the configuration's other decisions when they become training data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 200)]
+    pub config_id: Option<String>,
 }
 
 /// Where the failure is; any one of the three fields is enough.
@@ -200,6 +206,16 @@ impl RecommendationRequest {
         }
         if let Some(cap) = self.max_cost_increase_usd_per_run {
             errors.check_non_negative("max_cost_increase_usd_per_run", cap);
+        }
+        if let Some(id) = &self.config_id
+            && (id.trim().is_empty()
+                || id.chars().count() > 200
+                || id.chars().any(char::is_control))
+        {
+            errors.push(
+                "config_id",
+                "must be 1 to 200 characters, not blank and without control characters",
+            );
         }
         let errors = errors.into_vec();
         if !errors.is_empty() {
