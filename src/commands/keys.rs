@@ -2,6 +2,7 @@
 
 use clap::{Args, Subcommand};
 
+use super::parse_org;
 use crate::auth::{
     KeyLimits, Role, create_key, daily_quota_of_stored, rate_limit_of_stored, stored_daily_quota,
     stored_rate_limit,
@@ -110,10 +111,6 @@ fn parse_key_quota(text: &str) -> Result<KeyQuota, String> {
     } else {
         text.parse().map(KeyQuota::Own)
     }
-}
-
-fn parse_org(raw: &str) -> anyhow::Result<OrgId> {
-    OrgId::parse(raw).map_err(|m| anyhow::anyhow!("--org: {m}"))
 }
 
 /// Runs the command.

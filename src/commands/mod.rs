@@ -38,6 +38,11 @@ use clap::Args;
 use crate::storage::record_writer::WriteStats;
 use crate::storage::{Database, DatabaseTarget, EmbeddedOptions};
 
+/// The `--org` flag's value as an organization id, or an error naming the flag.
+pub(crate) fn parse_org(raw: &str) -> anyhow::Result<crate::domain::OrgId> {
+    crate::domain::OrgId::parse(raw).map_err(|m| anyhow::anyhow!("--org: {m}"))
+}
+
 /// Where the data lives.
 #[derive(Debug, Args)]
 pub struct DatabaseArgs {

@@ -3,6 +3,7 @@
 
 use clap::Subcommand;
 
+use super::parse_org;
 use crate::domain::OrgId;
 use crate::recommend::service::MODEL_CANDIDATES_RELOAD_BOUND;
 use crate::storage::Database;
@@ -84,10 +85,6 @@ async fn set(args: &VersionArgs, status: VersionStatus, database: &Database) -> 
         );
     }
     Ok(())
-}
-
-fn parse_org(raw: &str) -> anyhow::Result<OrgId> {
-    OrgId::parse(raw).map_err(|m| anyhow::anyhow!("--org: {m}"))
 }
 
 fn list_json(version: &VersionSummary) -> serde_json::Value {
