@@ -67,20 +67,22 @@ pub struct ExportArgs {
 /// `--format`: the library's line formats, and verl's rows of RFT prompts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FormatArg {
-    /// arc-rec's full record: context, recommendation, outcome, reward breakdown, split.
+    /// arc-rec's full record: context, recommendation, outcome, reward breakdown, split, origin
+    /// (`platform`: a decided config diff; `served`: an answer to a recommendation arc-rec
+    /// served, with how it was served).
     Arc,
-    /// `{"prompt", "completion", "label"}`: Hugging Face TRL's prompt-completion shape; `label`
-    /// (accepted or not) makes it TRL's unpaired-preference format (KTO).
+    /// `{"prompt", "completion", "label", "origin"}`: Hugging Face TRL's prompt-completion
+    /// shape; `label` (accepted or not) makes it TRL's unpaired-preference format (KTO).
     PromptCompletion,
-    /// `{"messages": [system, user, assistant]}` as TRL's conversational format and OpenAI
-    /// fine-tuning accept; accepted recommendations only (supervised warm-up).
+    /// `{"messages": [system, user, assistant], "origin"}` as TRL's conversational format and
+    /// OpenAI fine-tuning accept; accepted recommendations only (supervised warm-up).
     Chat,
     /// verl's RL dataset rows (jsonl, which verl's RLHFDataset reads): one per RFT prompt
     /// (organization, configuration, user turn) as `arc-rec train` groups the examples, with
     /// `data_source`, `prompt` (system and user messages, rendered by the model's chat template
     /// as arc-rec's rollouts are), `ability`, `reward_model {style, ground_truth}` and
     /// `extra_info` (prompt id, organization, configuration id, split, cluster, current
-    /// configuration, world seed) that `arc-rec grade serve` checks. See docs/SCALE-OUT.md.
+    /// configuration, origin, world seed) that `arc-rec grade serve` checks. See docs/SCALE-OUT.md.
     Verl,
 }
 
@@ -237,13 +239,14 @@ fn print_summary(args: &ExportArgs, summary: &ExportSummary) -> anyhow::Result<(
         eprintln!("{}", serde_json::to_string(summary)?);
     } else {
         eprintln!(
-            "wrote {} examples ({} train, {} validation, {} test; {} accepted, {} rejected; {:.1} MB) to {}",
+            "wrote {} examples ({} train, {} validation, {} test; {} accepted, {} rejected; {} of them answers to served recommendations; {:.1} MB) to {}",
             summary.examples_written,
             summary.train,
             summary.validation,
             summary.test,
             summary.accepted,
             summary.rejected,
+            summary.served,
             summary.bytes_written as f64 / 1e6,
             args.out.display()
         );

@@ -15,14 +15,14 @@ use crate::storage::export_rows::ExportRow;
 /// Output line formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum ExportFormat {
-    /// arc-rec's full record: context, recommendation, outcome, reward breakdown, split.
+    /// arc-rec's full record: context, recommendation, outcome, reward breakdown, split, origin.
     #[default]
     Arc,
-    /// `{"prompt", "completion", "label"}`: Hugging Face TRL's prompt-completion shape; `label`
-    /// (accepted or not) makes it TRL's unpaired-preference format (KTO).
+    /// `{"prompt", "completion", "label", "origin"}`: Hugging Face TRL's prompt-completion
+    /// shape; `label` (accepted or not) makes it TRL's unpaired-preference format (KTO).
     PromptCompletion,
-    /// `{"messages": [system, user, assistant]}` as TRL's conversational format and OpenAI
-    /// fine-tuning accept; accepted recommendations only (supervised warm-up).
+    /// `{"messages": [system, user, assistant], "origin"}` as TRL's conversational format and
+    /// OpenAI fine-tuning accept; accepted recommendations only (supervised warm-up).
     Chat,
 }
 
@@ -124,6 +124,33 @@ impl FailureGroup {
     }
 }
 
+/// Where an example's decision was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// A config diff the platform recorded with its approval (its own recommender's or a
+    /// person's).
+    Platform,
+    /// An answer to a recommendation arc-rec served.
+    Served,
+}
+
+/// How a served recommendation was shown: what the policy that logged it did, for weighting
+/// the answer by that policy (the logged propensity is exact for the ranking it came from).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct ServedDecision {
+    pub event_id: String,
+    pub recommendation_id: String,
+    /// `heuristic` or `model`.
+    pub source: String,
+    /// The model version that generated it (`model` only).
+    pub model_version_id: Option<String>,
+    /// 0-based rank in the answer.
+    pub position: i64,
+    /// The logged probability of showing it at that position.
+    pub propensity: f64,
+}
+
 /// One exported example.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TrainingExample {
@@ -134,6 +161,10 @@ pub struct TrainingExample {
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub split: Split,
     pub cluster: Option<String>,
+    pub origin: Origin,
+    /// How it was served (origin `served` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served: Option<ServedDecision>,
     pub context: PromptContext,
     pub recommendation: Recommendation,
     pub outcome: ObservedOutcome,
@@ -252,6 +283,15 @@ impl TrainingExample {
             user_context.insert("domain".into(), json!(domain));
         }
         let failure_summary = summarize_failures(&row, &failures, &failing_tools);
+        let served: Option<ServedDecision> = row
+            .served
+            .clone()
+            .and_then(|s| serde_json::from_value(s).ok());
+        let origin = if row.served.is_some() {
+            Origin::Served
+        } else {
+            Origin::Platform
+        };
         Self {
             id: format!("{}/{}", row.org_id, row.diff_id),
             split: Split::of(&row.org_id, &row.diff_id, holdout),
@@ -260,6 +300,8 @@ impl TrainingExample {
             config_id: row.config_id,
             created_at: row.created_at,
             cluster: row.cluster,
+            origin,
+            served,
             context: PromptContext {
                 failure_summary,
                 failures,
@@ -313,12 +355,13 @@ impl TrainingExample {
                 "prompt": format!("{SYSTEM_PROMPT}\n\n{}", self.prompt_text()),
                 "completion": self.completion_text(),
                 "label": self.accepted(),
+                "origin": self.origin,
             }),
             ExportFormat::Chat => json!({"messages": [
                 {"role": "system", "content": SYSTEM_PROMPT},
                 {"role": "user", "content": self.prompt_text()},
                 {"role": "assistant", "content": self.completion_text()},
-            ]}),
+            ], "origin": self.origin}),
         };
         serde_json::to_writer(&mut *out, &value).expect("examples serialize to JSON");
     }

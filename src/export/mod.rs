@@ -3,7 +3,8 @@
 //! Every decided past recommendation (an approved or rejected config diff) becomes an example:
 //! the prompt context (failure summary from trajectories and failure patterns, the current
 //! config, the user), the recommendation (type, diff, rationale), the reward by the plan's rules
-//! and a deterministic train/validation/test split. Rows stream from a server-side cursor into a
+//! and a deterministic train/validation/test split; then every answered recommendation arc-rec
+//! served, from its logged request, with how it was served (origin `served`). Rows stream from a server-side cursor into a
 //! temporary file that is renamed over the target only when complete.
 
 pub mod bench;
@@ -16,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use indicatif::ProgressBar;
 
-pub use example::{ExportFormat, Holdout, Split, TrainingExample};
+pub use example::{ExportFormat, Holdout, Origin, ServedDecision, Split, TrainingExample};
 
 use crate::storage::export_rows::{self, ExportFilter};
 use crate::storage::{Database, StorageError};
@@ -37,8 +38,11 @@ pub struct ExportOptions {
 /// What an export wrote.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ExportSummary {
-    /// Rows the query returned.
+    /// Rows the queries returned: the platform's decided diffs and the answered recommendations
+    /// arc-rec served.
     pub rows_read: u64,
+    /// Lines written from served answers (origin `served`), of `examples_written`.
+    pub served: u64,
     /// Lines written.
     pub examples_written: u64,
     pub bytes_written: u64,
@@ -106,44 +110,63 @@ pub async fn export_to_writer<W: Write>(
 ) -> Result<ExportSummary, ExportError> {
     let mut summary = ExportSummary::default();
     let mut line = Vec::with_capacity(8192);
-    let accepted_only = options.accepted_only || options.format == ExportFormat::Chat;
-    let rows = export_rows::for_each_row(database, &options.filter, |row| {
+    let mut each = |row| {
         progress.inc(1);
-        let example = TrainingExample::from_row(row, options.holdout);
-        if options.split.is_some_and(|s| s != example.split)
-            || (accepted_only && !example.accepted())
-        {
-            return Ok(());
-        }
-        line.clear();
-        example.write_json(options.format, &mut line);
-        line.push(b'\n');
-        writer
-            .write_all(&line)
-            .map_err(|source| ExportError::Write {
-                path: PathBuf::from("output"),
-                source,
-            })?;
-        summary.examples_written += 1;
-        summary.bytes_written += line.len() as u64;
-        match example.split {
-            Split::Train => summary.train += 1,
-            Split::Validation => summary.validation += 1,
-            Split::Test => summary.test += 1,
-        }
-        if example.accepted() {
-            summary.accepted += 1;
-        } else {
-            summary.rejected += 1;
-        }
-        Ok::<(), ExportError>(())
-    })
-    .await?;
+        write_example(
+            TrainingExample::from_row(row, options.holdout),
+            options,
+            &mut line,
+            writer,
+            &mut summary,
+        )
+    };
+    // The platform's own decisions, then the answers to what arc-rec served.
+    let platform = export_rows::for_each_row(database, &options.filter, &mut each).await?;
+    let served = export_rows::for_each_served_row(database, &options.filter, &mut each).await?;
     writer.flush().map_err(|source| ExportError::Write {
         path: PathBuf::from("output"),
         source,
     })?;
-    summary.rows_read = rows;
+    summary.rows_read = platform + served;
     progress.finish_and_clear();
     Ok(summary)
+}
+
+/// Writes `example` unless the options leave it out, counting it in `summary`.
+fn write_example<W: Write>(
+    example: TrainingExample,
+    options: &ExportOptions,
+    line: &mut Vec<u8>,
+    writer: &mut W,
+    summary: &mut ExportSummary,
+) -> Result<(), ExportError> {
+    let accepted_only = options.accepted_only || options.format == ExportFormat::Chat;
+    if options.split.is_some_and(|s| s != example.split) || (accepted_only && !example.accepted()) {
+        return Ok(());
+    }
+    line.clear();
+    example.write_json(options.format, line);
+    line.push(b'\n');
+    writer
+        .write_all(line)
+        .map_err(|source| ExportError::Write {
+            path: PathBuf::from("output"),
+            source,
+        })?;
+    summary.examples_written += 1;
+    summary.bytes_written += line.len() as u64;
+    if example.origin == Origin::Served {
+        summary.served += 1;
+    }
+    match example.split {
+        Split::Train => summary.train += 1,
+        Split::Validation => summary.validation += 1,
+        Split::Test => summary.test += 1,
+    }
+    if example.accepted() {
+        summary.accepted += 1;
+    } else {
+        summary.rejected += 1;
+    }
+    Ok(())
 }

@@ -178,6 +178,7 @@ impl HistoryIndex {
             failures: before.map(top_failures),
             failing_tools: before.map(top_failing_tools),
             cluster: None,
+            served: None,
         };
         Some(TrainingExample::from_row(row, Holdout::NONE))
     }

@@ -365,6 +365,7 @@ mod tests {
             ])),
             failing_tools: Some(json!({"calculator": 1, "web_search": 2})),
             cluster: None,
+            served: None,
         };
         let decision = LoggedDecision::of_export_row(row);
         assert_eq!((decision.id.as_str(), decision.approved), ("d9", false));

@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::completion::canonical_answer;
 use super::schema::Catalogue;
 use crate::export::Split;
-use crate::export::example::{FailureGroup, PromptContext, Recommendation};
+use crate::export::example::{FailureGroup, PromptContext, Recommendation, ServedDecision};
 
 /// Organization → the names its diffs may use ([`RftDataset::catalogues`]).
 pub type Catalogues = BTreeMap<String, Catalogue>;
@@ -37,6 +37,9 @@ impl LoggedVerdicts {
 pub struct LoggedDecision {
     pub diff: Value,
     pub approved: bool,
+    /// How arc-rec served it, for an answer to a served recommendation (export origin
+    /// `served`); `None` for the platform's own decisions.
+    pub served: Option<ServedDecision>,
 }
 
 /// What a prompt's examples say about its context beyond the text the model reads: the inputs
@@ -118,6 +121,9 @@ struct ExampleLine {
     context: PromptContext,
     recommendation: Recommendation,
     outcome: OutcomeLine,
+    /// Absent in exports made before served answers were exported: the platform's.
+    #[serde(default)]
+    served: Option<ServedDecision>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -239,6 +245,7 @@ impl RftDataset {
             prompt.facts.decisions.push(LoggedDecision {
                 diff: example.recommendation.diff.clone(),
                 approved: decision,
+                served: example.served,
             });
             let answer = canonical_answer(&prompt.current_config, &example.recommendation.diff);
             let completion = example.recommendation.completion_text();

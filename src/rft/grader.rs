@@ -438,6 +438,7 @@ mod tests {
                     .map(|i| LoggedDecision {
                         diff: json!({"retry": {"max_attempts": 3, "backoff_s": 2}}),
                         approved: i % 3 != 0,
+                        served: None,
                     })
                     .collect();
                 p

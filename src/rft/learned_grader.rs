@@ -599,7 +599,11 @@ pub(crate) mod tests {
                 } else {
                     (json!({"temperature": 0.2}), i % 10 == 1)
                 };
-                LoggedDecision { diff, approved }
+                LoggedDecision {
+                    diff,
+                    approved,
+                    served: None,
+                }
             })
             .collect();
         RftPrompt {
@@ -700,6 +704,7 @@ pub(crate) mod tests {
             prompt.facts.decisions.push(LoggedDecision {
                 diff: json!({"model": "anthropic/claude-3-haiku"}),
                 approved: i % 2 == 0,
+                served: None,
             });
         }
         let known = LearnedGrader::fit(

@@ -66,6 +66,15 @@ pub fn row(prompt: &RftPrompt, index: usize, world: Option<WorldOrigin>) -> Valu
             "split": prompt.split.name(),
             "cluster": prompt.cluster,
             "current_configuration": canonical_json(&prompt.current_config),
+            // `served` when every logged decision of the context answers a recommendation
+            // arc-rec served, else `platform`.
+            "origin": if !prompt.facts.decisions.is_empty()
+                && prompt.facts.decisions.iter().all(|d| d.served.is_some())
+            {
+                "served"
+            } else {
+                "platform"
+            },
             "world_seed": world.map(|w| w.seed),
             "world_outcomes": world.map(|w| w.outcomes),
         },

@@ -59,11 +59,24 @@ pub struct ExportRow {
     pub failing_tools: Option<Value>,
     /// The dominant failure cluster (pattern_cluster_id, else failure_category).
     pub cluster: Option<String>,
+    /// For an answered recommendation arc-rec served (`SERVED_SQL`), how it was served:
+    /// `{event_id, recommendation_id, source, model_version_id, position, propensity}`; `None`
+    /// for the platform's own decided diffs.
+    pub served: Option<Value>,
 }
 
 /// The export query with the filter's values inlined as SQL literals, so exactly the same text
 /// can run through a cursor here and through `psql \copy` in the benchmark.
 pub fn export_sql(filter: &ExportFilter) -> String {
+    with_filter(EXPORT_SQL, filter)
+}
+
+/// The served answers' query ([`SERVED_SQL`]) with the filter inlined as in [`export_sql`].
+pub fn served_sql(filter: &ExportFilter) -> String {
+    with_filter(SERVED_SQL, filter)
+}
+
+fn with_filter(sql: &str, filter: &ExportFilter) -> String {
     let ts = |t: &Option<DateTime<Utc>>| match t {
         Some(t) => format!("'{}'::timestamptz", t.to_rfc3339()),
         None => "NULL::timestamptz".to_owned(),
@@ -72,8 +85,7 @@ pub fn export_sql(filter: &ExportFilter) -> String {
         Some(s) => quote_literal(s),
         None => "NULL::text".to_owned(),
     };
-    EXPORT_SQL
-        .replace("{since}", &ts(&filter.since))
+    sql.replace("{since}", &ts(&filter.since))
         .replace("{until}", &ts(&filter.until))
         .replace("{org}", &text(&filter.org))
         .replace("{cluster}", &text(&filter.cluster))
@@ -95,7 +107,7 @@ SELECT
     b.reliability AS before_reliability, b.cost AS before_cost,
     a.runs AS after_runs, a.reliability AS after_reliability, a.cost AS after_cost,
     a.tool_timeouts AS after_tool_timeouts, a.tool_calls_ok AS after_tool_calls_ok,
-    f.failures, ft.failing_tools, f.cluster
+    f.failures, ft.failing_tools, f.cluster, NULL::jsonb AS served
 FROM config_diffs d
 JOIN config_versions vb ON vb.org_id = d.org_id AND vb.version_id = d.version_before
 LEFT JOIN configurations c ON c.org_id = d.org_id AND c.config_id = d.config_id
@@ -161,13 +173,104 @@ WHERE ({cluster} IS NULL OR x.cluster = {cluster})
 ORDER BY x.org_id, x.created_at, x.diff_id
 "#;
 
+/// Every recommendation arc-rec served that got an answer, as an export row: the request's
+/// context (its `config_id`, else a key of its current configuration; the failures it reported,
+/// grouped by category; its user), the shown diff and, when the candidate is stored, its
+/// description; approved when any answer accepted or applied it, else rejected. No outcomes:
+/// what happened after an answer is the platform's to record. `served` says how it was served
+/// (source, model version, position, the logged propensity), for weighting by the policy that
+/// logged it.
+const SERVED_SQL: &str = r#"
+SELECT * FROM (
+SELECT
+    l.org_id,
+    'served:' || l.event_id::text || ':' || i.recommendation_id AS diff_id,
+    coalesce(l.context ->> 'config_id',
+             'ctx-' || left(md5(coalesce(l.context -> 'current_config', '{}'::jsonb)::text), 16))
+        AS config_id,
+    l.created_at,
+    CASE WHEN a.accepted THEN 'approved' ELSE 'rejected' END AS approval_status,
+    i.recommendation_type, i.diff, coalesce(c.description, '') AS change_summary,
+    (i.model_version_id IS NOT NULL) AS llm_generated,
+    '' AS version_before, NULL::text AS version_after,
+    coalesce(l.context -> 'current_config', '{}'::jsonb) AS config_before,
+    l.user_role, l.domain,
+    0::bigint AS before_runs, 0::bigint AS before_failed,
+    NULL::float8 AS before_reliability, NULL::float8 AS before_cost,
+    0::bigint AS after_runs, NULL::float8 AS after_reliability, NULL::float8 AS after_cost,
+    NULL::bigint AS after_tool_timeouts, NULL::bigint AS after_tool_calls_ok,
+    f.failures, f.failing_tools, l.cluster_id AS cluster,
+    jsonb_build_object(
+        'event_id', l.event_id, 'recommendation_id', i.recommendation_id,
+        'source', arc_rec_source_key(NULL, i.source, i.candidate_features),
+        'model_version_id', i.model_version_id, 'position', i.position,
+        'propensity', i.propensity) AS served
+FROM decision_items i
+JOIN decision_log l ON l.org_id = i.org_id AND l.event_id = i.event_id
+CROSS JOIN LATERAL (
+    SELECT bool_or(fb.outcome IN ('accepted', 'applied')) AS accepted
+    FROM feedback fb
+    WHERE fb.org_id = i.org_id AND fb.event_id = i.event_id
+      AND fb.recommendation_id = i.recommendation_id
+) a
+LEFT JOIN candidate_recommendations c
+    ON c.org_id = i.org_id AND c.candidate_id = 'c-' || substr(i.recommendation_id, 3)
+LEFT JOIN LATERAL (
+    SELECT jsonb_agg(jsonb_build_object(
+               'failure_category', g.category, 'failure_type', g.kind, 'count', g.n,
+               'example', g.example) ORDER BY g.n DESC, g.category) AS failures,
+           (SELECT jsonb_object_agg(t.tool, t.n) FROM (
+                SELECT r ->> 'tool_name' AS tool, count(*) AS n
+                FROM jsonb_array_elements(l.context -> 'failure_context' -> 'failures') r
+                WHERE r ->> 'tool_name' IS NOT NULL
+                GROUP BY 1) t) AS failing_tools
+    FROM (
+        SELECT r ->> 'failure_category' AS category,
+               coalesce(min(r ->> 'error_code'), 'reported') AS kind,
+               count(*) AS n, min(r ->> 'error_message') AS example
+        FROM jsonb_array_elements(
+            CASE WHEN jsonb_typeof(l.context -> 'failure_context' -> 'failures') = 'array'
+                 THEN l.context -> 'failure_context' -> 'failures' ELSE '[]'::jsonb END) r
+        GROUP BY 1
+    ) g
+) f ON true
+WHERE a.accepted IS NOT NULL
+  AND ({since} IS NULL OR l.created_at >= {since})
+  AND ({until} IS NULL OR l.created_at < {until})
+  AND ({org} IS NULL OR l.org_id = {org})
+) x
+WHERE ({cluster} IS NULL OR x.cluster = {cluster})
+ORDER BY x.org_id, x.created_at, x.diff_id
+"#;
+
 /// Streams export rows through a server-side cursor on a dedicated connection, calling `each`
 /// for every row in order. Returns the number of rows.
 pub async fn for_each_row<F, E>(
     database: &Database,
     filter: &ExportFilter,
-    mut each: F,
+    each: F,
 ) -> Result<u64, E>
+where
+    F: FnMut(ExportRow) -> Result<(), E>,
+    E: From<StorageError>,
+{
+    stream_rows(database, &export_sql(filter), each).await
+}
+
+/// [`for_each_row`] over the answered recommendations arc-rec served ([`SERVED_SQL`]).
+pub async fn for_each_served_row<F, E>(
+    database: &Database,
+    filter: &ExportFilter,
+    each: F,
+) -> Result<u64, E>
+where
+    F: FnMut(ExportRow) -> Result<(), E>,
+    E: From<StorageError>,
+{
+    stream_rows(database, &served_sql(filter), each).await
+}
+
+async fn stream_rows<F, E>(database: &Database, sql: &str, mut each: F) -> Result<u64, E>
 where
     F: FnMut(ExportRow) -> Result<(), E>,
     E: From<StorageError>,
@@ -176,15 +279,9 @@ where
         .await
         .map_err(StorageError::Connect)?;
     let mut tx = conn.begin().await.context("begin export transaction")?;
-    tx.execute(
-        format!(
-            "DECLARE arc_rec_export NO SCROLL CURSOR FOR {}",
-            export_sql(filter)
-        )
-        .as_str(),
-    )
-    .await
-    .context("declare export cursor")?;
+    tx.execute(format!("DECLARE arc_rec_export NO SCROLL CURSOR FOR {sql}").as_str())
+        .await
+        .context("declare export cursor")?;
     let fetch = format!("FETCH FORWARD {FETCH_ROWS} FROM arc_rec_export");
     let mut total = 0u64;
     loop {

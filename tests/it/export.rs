@@ -309,7 +309,8 @@ async fn trl_and_chat_formats() {
             .map(String::as_str)
             .collect();
         keys.sort_unstable();
-        assert_eq!(keys, ["completion", "label", "prompt"]);
+        assert_eq!(keys, ["completion", "label", "origin", "prompt"]);
+        assert_eq!(row["origin"], "platform");
         let completion: Value = serde_json::from_str(row["completion"].as_str().unwrap()).unwrap();
         assert!(completion["diff"].is_object());
     }
@@ -329,5 +330,6 @@ async fn trl_and_chat_formats() {
             .map(|m| m["role"].as_str().unwrap())
             .collect();
         assert_eq!(roles, ["system", "user", "assistant"]);
+        assert_eq!(chat["origin"], "platform");
     }
 }

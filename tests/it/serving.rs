@@ -1675,3 +1675,134 @@ async fn a_revoked_key_is_refused_by_every_replica_within_the_key_cache_s_lifeti
         }
     }
 }
+
+/// Issue 54: answers to served recommendations are training data. `export` writes every answered
+/// served item beside the platform's diffs, with origin `served`, the request's context (its
+/// `config_id`, else a key of its configuration), the shown diff, how it was served (source,
+/// position, logged propensity) and the answer; unanswered items are not written; two exports
+/// are identical; RFT reads them with how they were served; chat lines carry the origin.
+#[tokio::test]
+async fn served_answers_are_exported_as_logged_decisions_with_their_origin() {
+    let app = with_contract_data().await;
+    let key = Some(app.platform_key.as_str());
+    let mut with_id = contract_request();
+    with_id["config_id"] = json!("c1");
+    let first: Value = app
+        .post("/v1/recommendations", key, &with_id)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let second = recommend_contract(&app).await;
+    let answer = |body: &Value, i: usize, outcome: &str| {
+        json!({"event_id": body["event_id"],
+            "recommendation_id": body["recommendations"][i]["recommendation_id"],
+            "outcome": outcome})
+    };
+    // First request: its top item accepted (then rejected too: the first acceptance decides),
+    // its second rejected; second request: its second item applied; the rest unanswered.
+    for feedback in [
+        answer(&first, 0, "accepted"),
+        answer(&first, 0, "rejected"),
+        answer(&first, 1, "rejected"),
+        answer(&second, 1, "applied"),
+    ] {
+        assert_eq!(
+            app.post("/v1/feedback", key, &feedback).await.status(),
+            201,
+            "{feedback}"
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let export = |name: &str, format: &str| {
+        let out = dir.path().join(name);
+        let stderr = arc_rec(&app.db.url)
+            .args(["export", "--format", format, "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(stderr.status.success(), "{stderr:?}");
+        (
+            std::fs::read_to_string(&out).unwrap(),
+            String::from_utf8_lossy(&stderr.stderr).into_owned(),
+        )
+    };
+    let (text, summary) = export("a.jsonl", "arc");
+    assert!(
+        summary.contains("3 of them answers to served recommendations"),
+        "{summary}"
+    );
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let served: Vec<&Value> = lines.iter().filter(|l| l["origin"] == "served").collect();
+    assert_eq!(served.len(), 3, "{text}");
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l["origin"] == "platform")
+            .all(|l| l.get("served").is_none())
+    );
+    let find = |body: &Value, i: usize| -> &Value {
+        let id = body["recommendations"][i]["recommendation_id"]
+            .as_str()
+            .unwrap();
+        served
+            .iter()
+            .find(|l| l["served"]["recommendation_id"] == id)
+            .unwrap_or_else(|| panic!("{id} not exported: {text}"))
+    };
+    for (body, i, status, config) in [
+        (&first, 0, "approved", Some("c1")),
+        (&first, 1, "rejected", Some("c1")),
+        (&second, 1, "approved", None),
+    ] {
+        let line = find(body, i);
+        let shown = &body["recommendations"][i];
+        assert_eq!(line["outcome"]["approval_status"], status, "{line}");
+        assert_eq!(line["recommendation"]["diff"], shown["diff"], "{line}");
+        assert_eq!(line["served"]["event_id"], body["event_id"], "{line}");
+        assert_eq!(line["served"]["position"], i, "{line}");
+        assert_eq!(line["served"]["propensity"], shown["propensity"], "{line}");
+        assert_eq!(line["served"]["source"], "heuristic", "{line}");
+        assert_eq!(
+            line["context"]["current_config"],
+            contract_request()["current_config"]
+        );
+        assert_eq!(
+            line["context"]["failures"][0]["failure_category"], "timeout",
+            "{line}"
+        );
+        assert_eq!(
+            line["context"]["user_context"]["domain"], "fintech",
+            "{line}"
+        );
+        match config {
+            Some(id) => assert_eq!(line["config_id"], id),
+            None => assert!(
+                line["config_id"].as_str().unwrap().starts_with("ctx-"),
+                "{line}"
+            ),
+        }
+    }
+    let (again, _) = export("b.jsonl", "arc");
+    assert_eq!(again, text, "two exports of the same data differ");
+
+    let data = dir.path().join("a.jsonl");
+    let dataset = arc_rec::rft::RftDataset::load(&data).unwrap();
+    let served_decisions = dataset
+        .prompts
+        .iter()
+        .flat_map(|p| &p.facts.decisions)
+        .filter(|d| d.served.is_some())
+        .count();
+    assert_eq!(served_decisions, 3);
+
+    let (chat, _) = export("chat.jsonl", "chat");
+    assert!(
+        chat.lines().any(|l| l.contains("\"origin\":\"served\"")),
+        "{chat}"
+    );
+}
