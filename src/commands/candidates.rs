@@ -114,7 +114,8 @@ pub async fn run(args: &CandidatesArgs, database: &DatabaseArgs) -> anyhow::Resu
         PriorChoice::Learned => Some(
             super::fit_learned_grader(database, &run.settings, &run.dataset, FitOn::Everything)
                 .await
-                .context("--prior learned: cannot fit the learned grader that prices the candidates (--prior none stores them without priors)")?,
+                .context("--prior learned: cannot fit the learned grader that prices the candidates (--prior none stores them without priors)")?
+                .grader,
         ),
         PriorChoice::None => None,
     };

@@ -86,13 +86,13 @@ pub async fn fit_learned_grader(
     settings: &crate::training::TrainSettings,
     dataset: &crate::rft::RftDataset,
     on: crate::training::learned_grader_fit::FitOn,
-) -> anyhow::Result<crate::rft::LearnedGrader> {
+) -> anyhow::Result<crate::training::learned_grader_fit::FittedGrader> {
     let fitted = with_database(args, |pool| async move {
         crate::training::learned_grader_fit::fit_learned_grader(&pool, settings, dataset, on).await
     })
     .await?;
     println!("{}", fitted.summary);
-    Ok(fitted.grader)
+    Ok(fitted)
 }
 
 /// Opens the database, runs `work` on its pool and closes it again, for commands that spend

@@ -154,6 +154,10 @@ pub struct LearnedGraderFile {
     pub placements: BTreeMap<String, PromptPlacement>,
     /// The posterior mean of the coefficients, d = |z|·|c|.
     pub mean: Vec<f64>,
+    /// How well it predicted the validation split's logged decisions, by origin (`train
+    /// --grader learned` writes it; not read back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_out: Option<HeldOutCalibration>,
 }
 
 /// Where an organization's clustering model places a prompt's failures, as serving places a
@@ -359,6 +363,7 @@ impl LearnedGrader {
             indexes: self.indexes.values().cloned().collect(),
             placements: self.placements.clone(),
             mean: self.policy.mean().to_vec(),
+            held_out: None,
         }
     }
 
@@ -374,16 +379,61 @@ impl LearnedGrader {
         &self,
         prompts: impl IntoIterator<Item = &'a RftPrompt>,
     ) -> Option<(f64, usize)> {
-        let mut scored: Vec<(f64, bool)> = Vec::new();
+        let mut scored: Vec<(f64, bool)> = self
+            .scored_decisions(prompts)
+            .into_iter()
+            .map(|(p, approved, _)| (p, approved))
+            .collect();
+        auc(&mut scored).map(|a| (a, scored.len()))
+    }
+
+    /// How well the posterior-mean probability predicts the logged decisions of `prompts` (the
+    /// held-out split), over all of them and by origin (`platform`: the platform's own decided
+    /// diffs; `served`: answers to what arc-rec served); `None` when none could be scored.
+    pub fn calibration<'a>(
+        &self,
+        prompts: impl IntoIterator<Item = &'a RftPrompt>,
+    ) -> Option<HeldOutCalibration> {
+        let scored = self.scored_decisions(prompts);
+        let all: Vec<(f64, bool)> = scored.iter().map(|&(p, y, _)| (p, y)).collect();
+        let mut by_origin = BTreeMap::new();
+        for origin in ["platform", "served"] {
+            let some: Vec<(f64, bool)> = scored
+                .iter()
+                .filter(|(_, _, o)| *o == origin)
+                .map(|&(p, y, _)| (p, y))
+                .collect();
+            if let Some(figures) = Calibration::of(some) {
+                by_origin.insert(origin.to_owned(), figures);
+            }
+        }
+        Some(HeldOutCalibration {
+            all: Calibration::of(all)?,
+            by_origin,
+        })
+    }
+
+    /// Each logged decision of `prompts` the grader can score: its posterior-mean probability,
+    /// whether it was approved, and its origin.
+    fn scored_decisions<'a>(
+        &self,
+        prompts: impl IntoIterator<Item = &'a RftPrompt>,
+    ) -> Vec<(f64, bool, &'static str)> {
+        let mut scored = Vec::new();
         for prompt in prompts {
             for decision in &prompt.facts.decisions {
                 let patch = minimal_patch(&prompt.current_config, &decision.diff);
                 if let Ok(score) = self.score(prompt, &patch) {
-                    scored.push((score.probability, decision.approved));
+                    let origin = if decision.served.is_some() {
+                        "served"
+                    } else {
+                        "platform"
+                    };
+                    scored.push((score.probability, decision.approved, origin));
                 }
             }
         }
-        auc(&mut scored).map(|a| (a, scored.len()))
+        scored
     }
 
     /// Checks that every prompt's organization has an index here.
@@ -535,6 +585,67 @@ fn candidate_of(prompt: &RftPrompt, index: &CandidateIndex, patch: &Value) -> Ve
 pub fn data_sha256(path: &Path) -> std::io::Result<String> {
     let bytes = std::fs::read(path)?;
     Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+/// How well predicted acceptance probabilities match logged answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Decisions scored, and how many of them were approved.
+    pub decisions: usize,
+    pub approved: usize,
+    /// Mean −ln P(the logged answer), the probability clamped to [10⁻⁶, 1 − 10⁻⁶].
+    pub log_loss: f64,
+    /// Expected calibration error: over ten equal-width bins of the probability, the mean over
+    /// decisions of |the bin's mean probability − its approval rate|.
+    pub calibration_error: f64,
+    /// `None` without both an approval and a rejection.
+    pub auc: Option<f64>,
+}
+
+/// [`Calibration`] over every held-out decision and by origin (`platform`, `served`; an origin
+/// without decisions is absent).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeldOutCalibration {
+    pub all: Calibration,
+    pub by_origin: BTreeMap<String, Calibration>,
+}
+
+impl Calibration {
+    /// The figures of `(probability, approved)` pairs; `None` for none.
+    pub fn of(mut scored: Vec<(f64, bool)>) -> Option<Self> {
+        if scored.is_empty() {
+            return None;
+        }
+        let n = scored.len() as f64;
+        let log_loss = scored
+            .iter()
+            .map(|&(p, y)| {
+                let p = p.clamp(1e-6, 1.0 - 1e-6);
+                -(if y { p } else { 1.0 - p }).ln()
+            })
+            .sum::<f64>()
+            / n;
+        let mut bins = [(0.0, 0.0, 0usize); 10];
+        for &(p, y) in &scored {
+            let bin = ((p * 10.0).floor() as usize).min(9);
+            bins[bin].0 += p;
+            bins[bin].1 += f64::from(u8::from(y));
+            bins[bin].2 += 1;
+        }
+        let calibration_error = bins
+            .iter()
+            .filter(|b| b.2 > 0)
+            .map(|&(p, y, _)| (p - y).abs())
+            .sum::<f64>()
+            / n;
+        Some(Calibration {
+            decisions: scored.len(),
+            approved: scored.iter().filter(|(_, y)| *y).count(),
+            log_loss,
+            calibration_error,
+            auc: auc(&mut scored),
+        })
+    }
 }
 
 /// The Mann-Whitney AUC of scores against labels, ties counted half (average ranks).
@@ -907,6 +1018,46 @@ pub(crate) mod tests {
         let (held_out, n) = grader.auc([&prompt(99)]).unwrap();
         assert_eq!(n, 10);
         assert!(held_out > 0.7, "{held_out}");
+    }
+
+    #[test]
+    fn calibration_figures_match_their_definitions_and_split_by_origin() {
+        let figures = Calibration::of(vec![(0.9, true), (0.9, false), (0.1, false)]).unwrap();
+        assert_eq!((figures.decisions, figures.approved), (3, 1));
+        let log_loss = -(0.9f64.ln() + 0.1f64.ln() + 0.9f64.ln()) / 3.0;
+        assert!((figures.log_loss - log_loss).abs() < 1e-12, "{figures:?}");
+        // Bin 9 holds 0.9 twice with one approval (|1.8 − 1|), bin 1 holds 0.1 unapproved.
+        assert!(
+            (figures.calibration_error - 0.9 / 3.0).abs() < 1e-12,
+            "{figures:?}"
+        );
+        assert_eq!(figures.auc, Some(0.75));
+        assert_eq!(Calibration::of(Vec::new()), None);
+        assert_eq!(Calibration::of(vec![(0.4, true)]).unwrap().auc, None);
+
+        // A held-out prompt whose decisions are half served: the figures by origin count each.
+        let grader = fitted(&(0..30).map(prompt).collect::<Vec<_>>());
+        let mut held_out = prompt(99);
+        for (i, decision) in held_out.facts.decisions.iter_mut().enumerate() {
+            if i % 2 == 0 {
+                decision.served = Some(crate::export::ServedDecision {
+                    event_id: format!("e{i}"),
+                    recommendation_id: format!("r{i}"),
+                    source: "model".into(),
+                    model_version_id: Some("v1".into()),
+                    position: 0,
+                    propensity: 0.5,
+                });
+            }
+        }
+        let calibration = grader.calibration([&held_out]).unwrap();
+        assert_eq!(calibration.all.decisions, 10);
+        let count = |origin: &str| calibration.by_origin[origin].decisions;
+        assert_eq!((count("platform"), count("served")), (5, 5));
+        assert_eq!(
+            calibration.all.auc,
+            grader.auc([&held_out]).map(|(auc, _)| auc)
+        );
     }
 
     #[test]

@@ -12,8 +12,8 @@ use super::TrainSettings;
 use crate::candidates::CandidateIndex;
 use crate::clustering::ClusterModel;
 use crate::export::Split;
-use crate::rft::learned_grader::{data_sha256, place_prompts};
-use crate::rft::{LearnedGrader, RftDataset};
+use crate::rft::learned_grader::{Calibration, HeldOutCalibration, data_sha256, place_prompts};
+use crate::rft::{LearnedGrader, LearnedGraderFile, RftDataset};
 use crate::storage::training_runs;
 
 /// Which logged decisions the grader learns from.
@@ -30,6 +30,18 @@ pub enum FitOn {
 pub struct FittedGrader {
     pub grader: LearnedGrader,
     pub summary: String,
+    /// Fitted on the train split: how it predicts the validation split's logged decisions.
+    pub held_out: Option<HeldOutCalibration>,
+}
+
+impl FittedGrader {
+    /// What `grader.json` keeps: the fit and its held-out calibration.
+    pub fn to_file(&self) -> LearnedGraderFile {
+        LearnedGraderFile {
+            held_out: self.held_out.clone(),
+            ..self.grader.to_file()
+        }
+    }
 }
 
 /// Fits the learned grader on `dataset`'s decisions (`on`), pricing model switches with each
@@ -91,9 +103,7 @@ pub async fn fit_learned_grader(
         ),
     };
     let held_out = match on {
-        FitOn::TrainSplit => grader
-            .auc(dataset.split(Split::Validation))
-            .map(|(auc, n)| format!("; AUC {auc:.3} on the {n} held-out decisions")),
+        FitOn::TrainSplit => grader.calibration(dataset.split(Split::Validation)),
         FitOn::Everything => None,
     };
     let summary = format!(
@@ -102,7 +112,42 @@ pub async fn fit_learned_grader(
         settings.learned_lcb_z,
         settings.learned_floor.as_str(),
         dataset.prompts.len(),
-        held_out.unwrap_or_default()
+        held_out.as_ref().map(held_out_text).unwrap_or_default()
     );
-    Ok(FittedGrader { grader, summary })
+    Ok(FittedGrader {
+        grader,
+        summary,
+        held_out,
+    })
+}
+
+/// `; AUC a on the N held-out decisions (log-loss l, calibration error e; platform: …; served:
+/// …)`: the held-out figures, by origin when the data has both.
+fn held_out_text(held_out: &HeldOutCalibration) -> String {
+    let figures = |c: &Calibration| {
+        format!(
+            "log-loss {:.3}, calibration error {:.3}",
+            c.log_loss, c.calibration_error
+        )
+    };
+    let auc = |c: &Calibration| c.auc.map_or("–".to_owned(), |a| format!("{a:.3}"));
+    let all = &held_out.all;
+    let mut text = format!(
+        "; AUC {} on the {} held-out decisions ({}",
+        auc(all),
+        all.decisions,
+        figures(all)
+    );
+    if held_out.by_origin.len() > 1 {
+        for (origin, c) in &held_out.by_origin {
+            text.push_str(&format!(
+                "; {origin}: {} decisions, AUC {}, {}",
+                c.decisions,
+                auc(c),
+                figures(c)
+            ));
+        }
+    }
+    text.push(')');
+    text
 }

@@ -324,6 +324,24 @@ async fn a_learned_grader_run_keeps_its_fit_resumes_exactly_and_evaluates() {
         "{stdout}"
     );
     assert!(out.join("grader.json").is_file() && out.join("overoptimisation.png").is_file());
+    // Its held-out calibration, printed and kept: the world's export has only the platform's
+    // decisions.
+    assert!(stdout.contains("held-out decisions (log-loss "), "{stdout}");
+    let fit: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("grader.json")).unwrap()).unwrap();
+    let held_out = &fit["held_out"];
+    assert!(
+        held_out["all"]["decisions"].as_u64() > Some(0),
+        "{held_out}"
+    );
+    assert!(
+        held_out["all"]["log_loss"].as_f64() > Some(0.0),
+        "{held_out}"
+    );
+    assert_eq!(
+        held_out["by_origin"]["platform"], held_out["all"],
+        "{held_out}"
+    );
     // The learned grader's default KL budget (β 0.05 towards 0.1) yields to the fixture's own
     // --kl-coef: a fixed β, no target.
     assert!(stdout.contains("KL penalty: β 0.1\n"), "{stdout}");
