@@ -16,10 +16,10 @@
 # tables. Resumable: finished runs and evaluations are kept. $TRAIN_FLAGS are added to `train`.
 #
 # With $ARCHIVE set, a finished seed's figures (run/metrics.jsonl, run/summary.json, the points'
-# eval JSON and the binary's version and commit) are copied to $ARCHIVE/world$WORLD_SEED/s$SEED, and a seed
-# found there is not run again: a study of many hours goes on across machines or checkouts that
-# keep only the archive (docs/experiments/data/ holds the committed ones; selection_table.py
-# reads either directory).
+# eval JSON less its per-prompt detail, and the binary's version and commit) are copied to
+# $ARCHIVE/world$WORLD_SEED/s$SEED, and a seed found there is not run again: a study of many
+# hours goes on across machines or checkouts that keep only the archive (docs/experiments/data/
+# holds the committed ones; selection_table.py reads either directory).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 arc_rec="${ARC_REC:-$root/target/release/arc-rec}"
@@ -41,7 +41,19 @@ archive_seed() {
   local dir="$1" kept="$ARCHIVE/world$WORLD_SEED/$1"
   mkdir -p "$kept.tmp/run" "$kept.tmp/points"
   cp "$dir/run/metrics.jsonl" "$dir/run/summary.json" "$kept.tmp/run/"
-  cp "$dir"/points/step-*.eval.json "$kept.tmp/points/" 2>/dev/null || true
+  # The evaluations without their per-prompt detail (~130 kB each; the tables read the totals).
+  for result in "$dir"/points/step-*.eval.json; do
+    [ -s "$result" ] || continue
+    python3 -c 'import json, sys
+def slim(v):
+    if isinstance(v, dict):
+        return {k: slim(x) for k, x in v.items() if k != "per_prompt"}
+    if isinstance(v, list):
+        return [slim(x) for x in v]
+    return v
+json.dump(slim(json.load(open(sys.argv[1]))), open(sys.argv[2], "w"), indent=1)' \
+      "$result" "$kept.tmp/points/${result##*/}"
+  done
   # The commit the binary was built from: $BINARY_COMMIT, else this checkout's HEAD.
   { "$arc_rec" --version; echo "commit ${BINARY_COMMIT:-$(git -C "$root" rev-parse --short HEAD)}"; } \
     > "$kept.tmp/binary"
