@@ -24,7 +24,8 @@ pub enum Command {
     Simulate(crate::commands::simulate::SimulateArgs),
     /// Load platform records from a JSON-lines file (`-` for stdin).
     Ingest(crate::commands::ingest::IngestArgs),
-    /// Write Configuration→Outcome training examples as JSON lines.
+    /// Write Configuration→Outcome training examples as JSON lines: the platform's decided config
+    /// diffs, then the answered recommendations arc-rec served (origin `served`).
     Export(crate::commands::export::ExportArgs),
     /// Serve the HTTP API (recommendations, feedback, trajectories, analytics).
     Serve(crate::commands::serve::ServeArgs),
