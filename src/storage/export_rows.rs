@@ -215,22 +215,26 @@ CROSS JOIN LATERAL (
 ) a
 LEFT JOIN candidate_recommendations c
     ON c.org_id = i.org_id AND c.candidate_id = 'c-' || substr(i.recommendation_id, 3)
+-- The request's failures; anything but an array (the API writes one) reads as none.
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN jsonb_typeof(l.context -> 'failure_context' -> 'failures') = 'array'
+                THEN l.context -> 'failure_context' -> 'failures' ELSE '[]'::jsonb END AS failures
+) reported
 LEFT JOIN LATERAL (
     SELECT jsonb_agg(jsonb_build_object(
                'failure_category', g.category, 'failure_type', g.kind, 'count', g.n,
                'example', g.example) ORDER BY g.n DESC, g.category) AS failures,
            (SELECT jsonb_object_agg(t.tool, t.n) FROM (
                 SELECT r ->> 'tool_name' AS tool, count(*) AS n
-                FROM jsonb_array_elements(l.context -> 'failure_context' -> 'failures') r
+                FROM jsonb_array_elements(reported.failures) r
                 WHERE r ->> 'tool_name' IS NOT NULL
                 GROUP BY 1) t) AS failing_tools
     FROM (
         SELECT r ->> 'failure_category' AS category,
                coalesce(min(r ->> 'error_code'), 'reported') AS kind,
                count(*) AS n, min(r ->> 'error_message') AS example
-        FROM jsonb_array_elements(
-            CASE WHEN jsonb_typeof(l.context -> 'failure_context' -> 'failures') = 'array'
-                 THEN l.context -> 'failure_context' -> 'failures' ELSE '[]'::jsonb END) r
+        FROM jsonb_array_elements(reported.failures) r
+        WHERE r ->> 'failure_category' IS NOT NULL
         GROUP BY 1
     ) g
 ) f ON true

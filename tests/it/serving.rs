@@ -1745,13 +1745,18 @@ async fn served_answers_are_exported_as_logged_decisions_with_their_origin() {
             .filter(|l| l["origin"] == "platform")
             .all(|l| l.get("served").is_none())
     );
+    // A recommendation id names the candidate, so the same one shown in two answers is told
+    // apart by its event.
     let find = |body: &Value, i: usize| -> &Value {
         let id = body["recommendations"][i]["recommendation_id"]
             .as_str()
             .unwrap();
         served
             .iter()
-            .find(|l| l["served"]["recommendation_id"] == id)
+            .find(|l| {
+                l["served"]["recommendation_id"] == id
+                    && l["served"]["event_id"] == body["event_id"]
+            })
             .unwrap_or_else(|| panic!("{id} not exported: {text}"))
     };
     for (body, i, status, config) in [
