@@ -135,6 +135,16 @@ pub enum Origin {
     Served,
 }
 
+impl Origin {
+    /// As files and reports name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Origin::Platform => "platform",
+            Origin::Served => "served",
+        }
+    }
+}
+
 /// How a served recommendation was shown: what the policy that logged it did, for weighting
 /// the answer by that policy (the logged propensity is exact for the ranking it came from).
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]

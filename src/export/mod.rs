@@ -4,8 +4,8 @@
 //! the prompt context (failure summary from trajectories and failure patterns, the current
 //! config, the user), the recommendation (type, diff, rationale), the reward by the plan's rules
 //! and a deterministic train/validation/test split; then every answered recommendation arc-rec
-//! served, from its logged request, with how it was served (origin `served`). Rows stream from a server-side cursor into a
-//! temporary file that is renamed over the target only when complete.
+//! served, from its logged request, with how it was served (origin `served`). Rows stream from a
+//! server-side cursor into a temporary file that is renamed over the target only when complete.
 
 pub mod bench;
 pub mod example;

@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::completion::canonical_answer;
 use super::schema::Catalogue;
 use crate::export::Split;
-use crate::export::example::{FailureGroup, PromptContext, Recommendation, ServedDecision};
+use crate::export::example::{FailureGroup, Origin, PromptContext, Recommendation, ServedDecision};
 
 /// Organization → the names its diffs may use ([`RftDataset::catalogues`]).
 pub type Catalogues = BTreeMap<String, Catalogue>;
@@ -40,6 +40,17 @@ pub struct LoggedDecision {
     /// How arc-rec served it, for an answer to a served recommendation (export origin
     /// `served`); `None` for the platform's own decisions.
     pub served: Option<ServedDecision>,
+}
+
+impl LoggedDecision {
+    /// Served when arc-rec served it, else the platform's.
+    pub fn origin(&self) -> Origin {
+        if self.served.is_some() {
+            Origin::Served
+        } else {
+            Origin::Platform
+        }
+    }
 }
 
 /// What a prompt's examples say about its context beyond the text the model reads: the inputs

@@ -40,6 +40,7 @@ use super::dataset::RftPrompt;
 use crate::candidates::{CandidateIndex, CandidateRequest};
 use crate::clustering::{ClusterModel, FailureText};
 use crate::domain::{Candidate, CandidatePrior, CandidateSource, RecommendationType};
+use crate::export::Origin;
 use crate::export::example::FailureGroup;
 use crate::recommend::engine::{candidate_vector_for, context_for};
 use crate::recommend::features::layout;
@@ -397,14 +398,14 @@ impl LearnedGrader {
         let scored = self.scored_decisions(prompts);
         let all: Vec<(f64, bool)> = scored.iter().map(|&(p, y, _)| (p, y)).collect();
         let mut by_origin = BTreeMap::new();
-        for origin in ["platform", "served"] {
+        for origin in [Origin::Platform, Origin::Served] {
             let some: Vec<(f64, bool)> = scored
                 .iter()
                 .filter(|(_, _, o)| *o == origin)
                 .map(|&(p, y, _)| (p, y))
                 .collect();
             if let Some(figures) = Calibration::of(some) {
-                by_origin.insert(origin.to_owned(), figures);
+                by_origin.insert(origin.name().to_owned(), figures);
             }
         }
         Some(HeldOutCalibration {
@@ -418,18 +419,13 @@ impl LearnedGrader {
     fn scored_decisions<'a>(
         &self,
         prompts: impl IntoIterator<Item = &'a RftPrompt>,
-    ) -> Vec<(f64, bool, &'static str)> {
+    ) -> Vec<(f64, bool, Origin)> {
         let mut scored = Vec::new();
         for prompt in prompts {
             for decision in &prompt.facts.decisions {
                 let patch = minimal_patch(&prompt.current_config, &decision.diff);
                 if let Ok(score) = self.score(prompt, &patch) {
-                    let origin = if decision.served.is_some() {
-                        "served"
-                    } else {
-                        "platform"
-                    };
-                    scored.push((score.probability, decision.approved, origin));
+                    scored.push((score.probability, decision.approved, decision.origin()));
                 }
             }
         }

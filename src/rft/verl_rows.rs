@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use super::dataset::{RftDataset, RftPrompt};
 use crate::domain::agent_config::canonical_json;
-use crate::export::Split;
 use crate::export::example::SYSTEM_PROMPT;
+use crate::export::{Origin, Split};
 
 /// `data_source` of every row (verl passes it to `compute_score`; the grader checks it).
 pub const DATA_SOURCE: &str = "arc-rec";
@@ -69,12 +69,13 @@ pub fn row(prompt: &RftPrompt, index: usize, world: Option<WorldOrigin>) -> Valu
             // `served` when every logged decision of the context answers a recommendation
             // arc-rec served, else `platform`.
             "origin": if !prompt.facts.decisions.is_empty()
-                && prompt.facts.decisions.iter().all(|d| d.served.is_some())
+                && prompt.facts.decisions.iter().all(|d| d.origin() == Origin::Served)
             {
-                "served"
+                Origin::Served
             } else {
-                "platform"
-            },
+                Origin::Platform
+            }
+            .name(),
             "world_seed": world.map(|w| w.seed),
             "world_outcomes": world.map(|w| w.outcomes),
         },
