@@ -44,6 +44,10 @@
 //! posterior sd v·sqrt(xᵀΛ⁻¹x). The Kronecker structure of x makes a request cost
 //! O(M·d + K·|c|·M), well under the naive K×d·d×M product.
 //!
+//! An [`ExplorationFloor`] ([`ThompsonPolicy::rank_with_floor`]) gives a share of requests'
+//! first slot to one of a set of candidates drawn uniformly (a new model's unanswered ideas),
+//! the rest of the list the policy's own; the propensities stay exact for that mixture.
+//!
 //! # Off-policy evaluation ([`ope`]) and state ([`state`])
 //!
 //! IPS, SNIPS, effective sample size and seeded percentile-bootstrap intervals over logged
@@ -65,5 +69,7 @@ pub use error::{BanditError, MAX_ABS_VALUE, Result};
 pub use features::{FeatureLayout, GROUP_NAMES, MAX_DIM};
 pub use model::{ModelKind, Observation};
 pub use ope::{BootstrapConfig, ConfidenceInterval, Estimator, LoggedRecord, OpeReport};
-pub use policy::{Explanation, PolicyConfig, RankedItem, Ranking, ScoreOffset, ThompsonPolicy};
+pub use policy::{
+    Explanation, ExplorationFloor, PolicyConfig, RankedItem, Ranking, ScoreOffset, ThompsonPolicy,
+};
 pub use state::{FORMAT_VERSION, PolicyState};

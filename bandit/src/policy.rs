@@ -155,6 +155,55 @@ impl ScoreOffset {
     }
 }
 
+/// A floor of exploration: with probability `share` the first slot goes to one of the `eligible`
+/// candidates, drawn uniformly, and the rest of the list is the policy's own (its draw's order, or
+/// the ε branch's shuffle) with that candidate left out; otherwise the policy ranks as usual.
+/// Ideas nobody has answered yet (a new recommender model's) are then shown first in a share of
+/// decisions, whatever the posterior thinks of them, and the logged propensities are still the
+/// exact probabilities of the policy as run:
+///
+/// P(a at 0) = (1−s)·P_pol(a at 0) + s·[a ∈ U]/|U|, and for p ≥ 1
+/// P(a at p) = (1−s)·P_pol(a at p) + s/|U| · Σ_{u ∈ U, u ≠ a} P_pol(a at p−1 of the list without u),
+///
+/// where P_pol is the Thompson-sampling-with-ε policy's probability (counted over the bank, as
+/// for the plain ranking).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExplorationFloor {
+    /// s, the probability that the floor chooses the first item (0 turns it off).
+    pub share: f64,
+    /// U, indices into the request's candidates that the floor may put first; none turns it off.
+    pub eligible: Vec<usize>,
+}
+
+impl ExplorationFloor {
+    /// True when the floor can choose anything.
+    fn active(&self) -> bool {
+        self.share > 0.0 && !self.eligible.is_empty()
+    }
+
+    /// Checks `share` lies in [0, 1] and every eligible index is a candidate, once.
+    fn check(&self, n: usize) -> Result<()> {
+        let invalid = |reason: String| {
+            Err(BanditError::Invalid {
+                field: "floor",
+                reason,
+            })
+        };
+        if !(0.0..=1.0).contains(&self.share) {
+            return invalid(format!("share {} must lie in [0, 1]", self.share));
+        }
+        let mut seen = vec![false; n];
+        for &a in &self.eligible {
+            match seen.get_mut(a) {
+                None => return invalid(format!("eligible candidate {a} of {n} does not exist")),
+                Some(true) => return invalid(format!("eligible candidate {a} is listed twice")),
+                Some(flag) => *flag = true,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The answer to one ranking request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ranking {
@@ -162,6 +211,9 @@ pub struct Ranking {
     pub items: Vec<RankedItem>,
     /// True when the ε branch chose a uniformly random ordering.
     pub explored: bool,
+    /// True when the [`ExplorationFloor`] chose the first item.
+    #[serde(default)]
+    pub floor_pick: bool,
     /// The bank draw whose scores are reported (and which ordered the list unless `explored`).
     pub draw: usize,
     /// Seed of the bank the ranking used; with the seed of the request and the policy state it
@@ -209,6 +261,9 @@ struct BankScores {
     scores: Vec<f64>,
     /// K×k, count[a·k + p] = number of draws that put candidate a at position p.
     counts: Vec<u32>,
+    /// K×k, summed over the floor's eligible u: draws that put candidate a at position p of
+    /// the list headed by u (empty without a floor).
+    floor_counts: Vec<u32>,
     /// The top-k list under `chosen` draw.
     chosen_top: Vec<usize>,
     k: usize,
@@ -421,6 +476,21 @@ impl ThompsonPolicy {
         k: usize,
         rng: &mut R,
     ) -> Result<Ranking> {
+        self.rank_with_floor(z, candidates, offsets, None, k, rng)
+    }
+
+    /// [`ThompsonPolicy::rank_with_offsets`] under an [`ExplorationFloor`] (`None`, or one with
+    /// no eligible candidate or share 0: the same ranking from the same generator). The floor's
+    /// coin and pick are drawn after everything else, so the policy's own draws stay as they were.
+    pub fn rank_with_floor<C: AsRef<[f64]>, R: Rng + ?Sized>(
+        &self,
+        z: &[f64],
+        candidates: &[C],
+        offsets: &[ScoreOffset],
+        floor: Option<&ExplorationFloor>,
+        k: usize,
+        rng: &mut R,
+    ) -> Result<Ranking> {
         self.check_request(z, candidates)?;
         let n = candidates.len();
         if !offsets.is_empty() {
@@ -435,23 +505,36 @@ impl ThompsonPolicy {
                 offset.check(i)?;
             }
         }
+        if let Some(floor) = floor {
+            floor.check(n)?;
+        }
+        let floor = floor.filter(|f| f.active());
         let shown = k.min(n);
         if shown == 0 {
             return Ok(Ranking {
                 items: Vec::new(),
                 explored: false,
+                floor_pick: false,
                 draw: 0,
                 bank_seed: self.bank_seed,
                 propensities: vec![Vec::new(); n],
             });
         }
-        // Fixed order of random draws (coin, draw, offset noise, shuffle) so a seed reproduces
-        // the ranking.
+        // Fixed order of random draws (coin, draw, offset noise, shuffle, floor coin and pick)
+        // so a seed reproduces the ranking.
         let explored = rng.random::<f64>() < self.config.epsilon;
         let draw = rng.random_range(0..self.config.mc_samples);
         let offset_scores = offset_scores(offsets, self.config.mc_samples, rng);
-        let bank = self.score_bank(z, candidates, offset_scores.as_deref(), shown, draw);
-        let order = if explored {
+        let eligible = floor.map(|f| f.eligible.as_slice());
+        let bank = self.score_bank(
+            z,
+            candidates,
+            offset_scores.as_deref(),
+            shown,
+            draw,
+            eligible,
+        );
+        let mut order = if explored {
             let mut all: Vec<usize> = (0..n).collect();
             for i in 0..shown {
                 let j = rng.random_range(i..n);
@@ -462,7 +545,16 @@ impl ThompsonPolicy {
         } else {
             bank.chosen_top.clone()
         };
-        let propensities = self.propensities_from(&bank, n);
+        let picked = floor.and_then(|f| {
+            (rng.random::<f64>() < f.share)
+                .then(|| f.eligible[rng.random_range(0..f.eligible.len())])
+        });
+        if let Some(u) = picked {
+            order.retain(|&a| a != u);
+            order.insert(0, u);
+            order.truncate(shown);
+        }
+        let propensities = self.propensities_from(&bank, n, floor);
         let mean_w = contract(&self.posterior.mean, z, self.layout.candidate_dims);
         let items = order
             .iter()
@@ -493,6 +585,7 @@ impl ThompsonPolicy {
         Ok(Ranking {
             items,
             explored,
+            floor_pick: picked.is_some(),
             draw,
             bank_seed: self.bank_seed,
             propensities,
@@ -525,8 +618,8 @@ impl ThompsonPolicy {
         if shown == 0 {
             return Ok(vec![Vec::new(); n]);
         }
-        let bank = self.score_bank(z, candidates, None, shown, 0);
-        Ok(self.propensities_from(&bank, n))
+        let bank = self.score_bank(z, candidates, None, shown, 0, None);
+        Ok(self.propensities_from(&bank, n, None))
     }
 
     /// The posterior mean score x·μ of candidate `c` in context `z` (x = z ⊗ c): what a ranking
@@ -626,6 +719,8 @@ impl ThompsonPolicy {
 
     /// Scores all candidates under all draws and counts, per draw, who lands at which of the
     /// first `k` positions (ties broken by candidate index, the same rule the ranking uses).
+    /// With `floor_eligible`, also counts where each candidate lands behind each eligible u put
+    /// first (the draw's list without u, one position down), summed over u.
     fn score_bank<C: AsRef<[f64]>>(
         &self,
         z: &[f64],
@@ -633,6 +728,7 @@ impl ThompsonPolicy {
         offsets: Option<&[f64]>,
         k: usize,
         chosen: usize,
+        floor_eligible: Option<&[usize]>,
     ) -> BankScores {
         let cd = self.layout.candidate_dims;
         let m = self.config.mc_samples;
@@ -660,12 +756,28 @@ impl ThompsonPolicy {
             }
         }
         let mut counts = vec![0u32; n * k];
+        let mut floor_counts = vec![0u32; if floor_eligible.is_some() { n * k } else { 0 }];
         let mut top: Vec<usize> = Vec::with_capacity(k + 1);
         let mut chosen_top = Vec::new();
         for (draw, row) in scores.chunks_exact(n).enumerate() {
             top_k(row, k, &mut top);
             for (p, &a) in top.iter().enumerate() {
                 counts[a * k + p] += 1;
+            }
+            for &u in floor_eligible.unwrap_or_default() {
+                // The list without u keeps the others' order: one place down behind u, less
+                // one for those u stood before.
+                let at_u = top.iter().position(|&b| b == u);
+                for (i, &a) in top.iter().enumerate() {
+                    let position = match at_u {
+                        Some(j) if j == i => continue,
+                        Some(j) if j < i => i,
+                        _ => i + 1,
+                    };
+                    if position < k {
+                        floor_counts[a * k + position] += 1;
+                    }
+                }
             }
             if draw == chosen {
                 chosen_top.clone_from(&top);
@@ -674,23 +786,56 @@ impl ThompsonPolicy {
         BankScores {
             scores,
             counts,
+            floor_counts,
             chosen_top,
             k,
         }
     }
 
-    fn propensities_from(&self, bank: &BankScores, n: usize) -> Vec<Vec<f64>> {
+    /// P(a at p) for the policy as run: (1−ε)·count(a, p)/M + ε/K, mixed with the
+    /// [`ExplorationFloor`]'s branch when one is active (see its documentation).
+    fn propensities_from(
+        &self,
+        bank: &BankScores,
+        n: usize,
+        floor: Option<&ExplorationFloor>,
+    ) -> Vec<Vec<f64>> {
         let eps = self.config.epsilon;
         let m = self.config.mc_samples as f64;
         let uniform = eps / n as f64;
-        bank.counts
+        let mut propensities: Vec<Vec<f64>> = bank
+            .counts
             .chunks_exact(bank.k)
             .map(|row| {
                 row.iter()
                     .map(|&c| (1.0 - eps) * (f64::from(c) / m) + uniform)
                     .collect()
             })
-            .collect()
+            .collect();
+        let Some(floor) = floor else {
+            return propensities;
+        };
+        let s = floor.share;
+        let picks = floor.eligible.len() as f64;
+        let mut is_eligible = vec![false; n];
+        for &u in &floor.eligible {
+            is_eligible[u] = true;
+        }
+        for (a, row) in propensities.iter_mut().enumerate() {
+            // How many of the eligible u leave a behind them (all but a itself).
+            let others = picks - f64::from(u8::from(is_eligible[a]));
+            for (p, value) in row.iter_mut().enumerate() {
+                let behind = if p == 0 {
+                    f64::from(u8::from(is_eligible[a])) / picks
+                } else {
+                    // Under the ε branch the rest is a uniform ordering of the n − 1 others.
+                    let counted = f64::from(bank.floor_counts[a * bank.k + p]);
+                    ((1.0 - eps) * counted / m + eps * others / (n - 1) as f64) / picks
+                };
+                *value = (1.0 - s) * *value + s * behind;
+            }
+        }
+        propensities
     }
 
     /// Checks an observation and returns its x, its weight relative to `clock` (the event's own
