@@ -189,7 +189,7 @@ fn bad_floors_are_named() {
                 field: "floor",
                 reason,
             }) => {
-                assert!(reason.contains(says), "{reason}")
+                assert!(reason.contains(says), "{reason}");
             }
             other => panic!("{floor:?} gave {other:?}"),
         }
