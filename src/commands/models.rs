@@ -13,7 +13,8 @@ use crate::storage::model_versions::{self, VersionStatus, VersionSummary};
 #[derive(Debug, Subcommand)]
 pub enum ModelsCommand {
     /// Every model version, newest first: status, candidates held, decisions that showed its
-    /// ideas, answers, and acceptance with its 95% interval.
+    /// ideas, answers, acceptance with its 95% interval, and what the exploration floor
+    /// (`serve --explore-share`) did for it and gave up.
     List {
         /// Only this organization's versions.
         #[arg(long)]
@@ -95,6 +96,7 @@ fn list_json(version: &VersionSummary) -> serde_json::Value {
     };
     value["acceptance"] = rate;
     value["acceptance_ci95"] = interval;
+    value["floor_price"] = serde_json::to_value(version.floor.price()).unwrap_or_default();
     value
 }
 
@@ -104,16 +106,31 @@ fn print_table(versions: &[VersionSummary]) {
         return;
     }
     println!(
-        "{:<12} {:<42} {:<8} {:>10} {:>9} {:>8} {:>22}  created",
-        "org", "version", "status", "candidates", "decisions", "answers", "acceptance [95%]"
+        "{:<12} {:<42} {:<8} {:>10} {:>9} {:>8} {:>22} {:>11} {:>25}  created",
+        "org",
+        "version",
+        "status",
+        "candidates",
+        "decisions",
+        "answers",
+        "acceptance [95%]",
+        "floor picks",
+        "floor gave up [95%]"
     );
     for v in versions {
         let acceptance = match v.acceptance() {
             Some((rate, [lo, hi])) => format!("{rate:.3} [{lo:.3}, {hi:.3}]"),
             None => "–".to_owned(),
         };
+        let price = match v.floor.price() {
+            Some(p) => format!(
+                "{:+.3} [{:+.3}, {:+.3}]",
+                p.given_up, p.given_up_ci95[0], p.given_up_ci95[1]
+            ),
+            None => "–".to_owned(),
+        };
         println!(
-            "{:<12} {:<42} {:<8} {:>10} {:>9} {:>8} {:>22}  {}",
+            "{:<12} {:<42} {:<8} {:>10} {:>9} {:>8} {:>22} {:>11} {:>25}  {}",
             v.org_id,
             v.model_version_id,
             v.status.as_str(),
@@ -121,7 +138,16 @@ fn print_table(versions: &[VersionSummary]) {
             v.decisions,
             v.answered,
             acceptance,
+            format!("{}/{}", v.floor.floor_picks, v.floor.floor_decisions),
+            price,
             v.created_at.format("%Y-%m-%d %H:%M")
+        );
+    }
+    if versions.iter().any(|v| v.floor.floor_decisions > 0) {
+        println!(
+            "floor picks: decisions whose first item the exploration floor chose / decisions where it could; \
+             floor gave up: first-item acceptance lost per such decision (the policy's own choices there \
+             against the floor's picks, times the share picked)"
         );
     }
 }

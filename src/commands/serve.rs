@@ -10,7 +10,7 @@ use crate::api::{
 };
 use crate::auth::{KeyCache, RoleQuota, RoleQuotas, RoleRateLimit, RoleRateLimits};
 use crate::quota::QuotaLedger;
-use crate::recommend::exposure::ExposureCap;
+use crate::recommend::exposure::{ExplorationFloorOptions, ExposureCap};
 use crate::recommend::service::{Serving, ServingOptions};
 use crate::storage::{Database, api_keys};
 
@@ -31,9 +31,20 @@ pub struct ServeArgs {
     /// share sits a decision out, and the decision logs it in `capped_versions`.
     #[arg(long, default_value_t = ExposureCap::default().share)]
     pub new_version_share: f64,
-    /// Answers after which a model version is no longer new (see --new-version-share).
+    /// Answers after which a model version is no longer new (see --new-version-share and
+    /// --explore-share).
     #[arg(long, default_value_t = ExposureCap::default().feedbacks)]
     pub new_version_feedbacks: u64,
+    /// The exploration floor: while the newest live model version is new, this share (0–1; 0
+    /// turns it off) of the decisions whose menu holds one of its ideas with fewer than
+    /// --explore-answers answers put one of those ideas first, drawn uniformly. Logged
+    /// propensities stay exact; the decision logs `floor_version` and `floor_pick`, and
+    /// `arc-rec models list` reports the acceptance the floor gave up.
+    #[arg(long, default_value_t = ExplorationFloorOptions::default().share)]
+    pub explore_share: f64,
+    /// Answers after which an idea no longer needs the exploration floor.
+    #[arg(long, default_value_t = ExplorationFloorOptions::default().answers_per_idea)]
+    pub explore_answers: u32,
     /// A role's request rate limit per key, ROLE=RATE/BURST (requests per second / at once) or
     /// ROLE=off; repeat for each role. Defaults: platform=1000/2000, analyst=20/40,
     /// admin=20/40. A key's own limit (`keys set-rate-limit`) wins. Over it: 429 with
@@ -89,10 +100,18 @@ pub async fn run(
         feedbacks: args.new_version_feedbacks,
     };
     exposure_cap.validate().map_err(anyhow::Error::msg)?;
+    let exploration = ExplorationFloorOptions {
+        share: args.explore_share,
+        answers_per_idea: args.explore_answers,
+    };
+    exploration.validate().map_err(anyhow::Error::msg)?;
     // Boxed: loading the state (snapshots, the replay) is a large future.
     let serving = Box::pin(Serving::start_with(
         database.pool().clone(),
-        ServingOptions { exposure_cap },
+        ServingOptions {
+            exposure_cap,
+            exploration,
+        },
     ))
     .await
     .context("cannot load the serving state")?;

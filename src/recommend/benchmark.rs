@@ -569,6 +569,7 @@ fn choose(
                 round.input.k,
                 r.rng.random(),
                 &Evidence::default(),
+                None,
             )?;
             match output.shown.into_iter().next() {
                 Some(shown) => (

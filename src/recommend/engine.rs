@@ -1,7 +1,7 @@
 //! One recommendation, without IO: generate candidates for a failure context, build the bandit's
 //! features, rank with one posterior draw, and return what to show and what to log.
 
-use bandit::{FeatureLayout, Observation, Ranking, ScoreOffset, ThompsonPolicy};
+use bandit::{ExplorationFloor, FeatureLayout, Observation, Ranking, ScoreOffset, ThompsonPolicy};
 use serde_json::Value;
 
 use super::features::{candidate_vector, context_vector};
@@ -52,6 +52,45 @@ pub struct RecommendOutput {
     pub ranking: Ranking,
     /// The shown recommendations, best first.
     pub shown: Vec<Shown>,
+    /// The model version whose ideas the exploration floor could put first in this decision
+    /// (`None`: no floor asked, or none of its ideas on the menu still wanting answers);
+    /// `ranking.floor_pick` says whether it did.
+    pub floor_version: Option<String>,
+}
+
+/// The exploration floor asked of one ranking (`arc-rec serve --explore-share`): `share` of the
+/// decisions put one of `model_version_id`'s ideas on the menu first, among those with fewer than
+/// `answers_per_idea` answers, drawn uniformly (see [`bandit::ExplorationFloor`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FloorRequest {
+    pub share: f64,
+    pub model_version_id: String,
+    pub answers_per_idea: u32,
+}
+
+impl FloorRequest {
+    /// The bandit's floor over `candidates`: the version's ideas still wanting answers
+    /// (`evidence` counts each idea's, by candidate id). `None` when there is none.
+    fn over(
+        &self,
+        candidates: &[(Candidate, Vec<f64>)],
+        evidence: &Evidence,
+    ) -> Option<ExplorationFloor> {
+        let eligible: Vec<usize> = candidates
+            .iter()
+            .enumerate()
+            .filter(|(_, (c, _))| {
+                c.source.model_version_id() == Some(self.model_version_id.as_str())
+                    && evidence.get(&c.candidate_id).map_or(0, |e| e.answers)
+                        < self.answers_per_idea
+            })
+            .map(|(i, _)| i)
+            .collect();
+        (self.share > 0.0 && !eligible.is_empty()).then_some(ExplorationFloor {
+            share: self.share,
+            eligible,
+        })
+    }
 }
 
 /// Why no ranking could be made.
@@ -335,33 +374,39 @@ pub fn learning_reward(accepted: bool, prior_mean: Option<f64>) -> f64 {
 }
 
 /// Ranks prepared candidates with one posterior draw; `seed` makes it reproducible (logged).
-/// `evidence`: the answers already learned about priced candidates (see [`offsets_for`]).
+/// `evidence`: the answers already learned about priced candidates (see [`offsets_for`]);
+/// `floor`: the exploration floor, if one is asked.
 pub fn rank(
     policy: &ThompsonPolicy,
     prepared: Prepared,
     k: usize,
     seed: u64,
     evidence: &Evidence,
+    floor: Option<&FloorRequest>,
 ) -> Result<RecommendOutput, RecommendError> {
     let Prepared {
         context,
         candidates,
     } = prepared;
     let offsets = offsets_for(policy, &candidates, evidence)?;
+    let floor =
+        floor.and_then(|f| Some((f.model_version_id.clone(), f.over(&candidates, evidence)?)));
     let vectors: Vec<&[f64]> = candidates.iter().map(|(_, f)| f.as_slice()).collect();
     let ranking = if vectors.is_empty() {
         Ranking {
             items: vec![],
             explored: false,
+            floor_pick: false,
             draw: 0,
             bank_seed: 0,
             propensities: vec![],
         }
     } else {
-        policy.rank_with_offsets(
+        policy.rank_with_floor(
             &context,
             &vectors,
             &offsets,
+            floor.as_ref().map(|(_, f)| f),
             k,
             &mut <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(seed),
         )?
@@ -388,6 +433,7 @@ pub fn rank(
         candidates,
         ranking,
         shown,
+        floor_version: floor.map(|(version, _)| version),
     })
 }
 
@@ -404,6 +450,7 @@ pub fn recommend(
         input.k,
         seed,
         &Evidence::default(),
+        None,
     )
 }
 
@@ -574,5 +621,70 @@ mod tests {
         assert_eq!(learning_reward(false, None), 0.0);
         assert!((learning_reward(true, Some(0.7)) - 0.3).abs() < 1e-12);
         assert!((learning_reward(false, Some(0.7)) + 0.7).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_floor_covers_the_asked_version_s_ideas_still_wanting_answers() {
+        use crate::domain::{CandidateSource, RecommendationType};
+        let idea = |i: u32, version: Option<&str>| {
+            let diff = serde_json::json!({ "temperature": f64::from(i) / 10.0 });
+            let kind = RecommendationType::Temperature;
+            let candidate = Candidate {
+                candidate_id: Candidate::id_for(kind, &diff),
+                recommendation_type: kind,
+                diff,
+                description: String::new(),
+                expected_reliability_delta: 0.0,
+                expected_cost_delta_usd: 0.0,
+                evidence_count: 0,
+                source: match version {
+                    None => CandidateSource::Heuristic,
+                    Some(v) => CandidateSource::Model {
+                        model_version_id: v.to_owned(),
+                        prior: Some(CandidatePrior { mean: 0.2, sd: 0.1 }),
+                    },
+                },
+            };
+            (candidate, vec![0.0])
+        };
+        let menu = vec![
+            idea(1, None),
+            idea(2, Some("v1")),
+            idea(3, Some("v2")),
+            idea(4, Some("v2")),
+        ];
+        let layout = FeatureLayout::new(0, 0, 0, 1).unwrap();
+        let observation = Observation::binary("a", 0.0, vec![1.0], vec![1.0], false);
+        let mut evidence = Evidence::default();
+        for _ in 0..2 {
+            evidence
+                .record(&layout, &menu[3].0.candidate_id, Some("v2"), &observation)
+                .unwrap();
+        }
+        let request = |share, answers_per_idea| FloorRequest {
+            share,
+            model_version_id: "v2".to_owned(),
+            answers_per_idea,
+        };
+        let floor = request(0.1, 2).over(&menu, &evidence).unwrap();
+        assert_eq!(
+            floor.eligible,
+            [2],
+            "v1's idea and the answered one are not eligible"
+        );
+        assert_eq!(
+            request(0.1, 3).over(&menu, &evidence).unwrap().eligible,
+            [2, 3]
+        );
+        assert_eq!(request(0.0, 3).over(&menu, &evidence), None, "share 0: off");
+        let answered = FloorRequest {
+            model_version_id: "v1".to_owned(),
+            ..request(0.1, 1)
+        };
+        assert_eq!(
+            answered.over(&menu[..1], &evidence),
+            None,
+            "none on the menu"
+        );
     }
 }

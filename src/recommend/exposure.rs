@@ -39,6 +39,46 @@ impl ExposureCap {
     }
 }
 
+/// The exploration floor for the newest model version (`arc-rec serve --explore-share`): while
+/// the version is new (fewer answers than the cap's `feedbacks`), `share` of the decisions whose
+/// menu holds one of its ideas with fewer than `answers_per_idea` answers put one of those ideas
+/// first, drawn uniformly, with exact logged propensities (`bandit::ExplorationFloor`). A new
+/// version's ideas are then answered at a bounded price, whatever their prior says, so that the
+/// next learned grader learns where the last one was wrong.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExplorationFloorOptions {
+    /// Share of eligible decisions [0, 1] whose first slot the floor chooses; 0 turns it off.
+    pub share: f64,
+    /// Answers after which an idea no longer needs the floor.
+    pub answers_per_idea: u32,
+}
+
+impl Default for ExplorationFloorOptions {
+    fn default() -> Self {
+        Self {
+            share: 0.1,
+            answers_per_idea: 3,
+        }
+    }
+}
+
+impl ExplorationFloorOptions {
+    /// Checks the share lies in [0, 1] and an idea needs at least one answer; the error names
+    /// the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.share.is_finite() && (0.0..=1.0).contains(&self.share)) {
+            return Err(format!(
+                "--explore-share must lie in [0, 1], got {}",
+                self.share
+            ));
+        }
+        if self.answers_per_idea == 0 {
+            return Err("--explore-answers must be at least 1".to_owned());
+        }
+        Ok(())
+    }
+}
+
 /// One organization's counts: decisions, decisions each model version headed, and answers
 /// about each version's candidates.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -76,7 +116,7 @@ impl Exposure {
         let mut capped: Vec<String> = versions
             .into_iter()
             .filter(|v| {
-                let new = self.answers.get(*v).copied().unwrap_or(0) < cap.feedbacks;
+                let new = self.is_new(cap, v);
                 let headed = self.headed.get(*v).copied().unwrap_or(0) as f64;
                 new && headed >= cap.share * self.decisions as f64
             })
@@ -85,6 +125,11 @@ impl Exposure {
         capped.sort();
         capped.dedup();
         capped
+    }
+
+    /// True while `version` has fewer answers than the cap's `feedbacks`.
+    pub fn is_new(&self, cap: &ExposureCap, version: &str) -> bool {
+        self.answers.get(version).copied().unwrap_or(0) < cap.feedbacks
     }
 
     /// Records a decision and the model version of its first item (`None`: a heuristic, or
@@ -155,5 +200,22 @@ mod tests {
             assert!(error.contains("--new-version-share"), "{error}");
         }
         assert!(ExposureCap::default().validate().is_ok());
+    }
+
+    #[test]
+    fn bad_floors_are_named_by_their_flag() {
+        assert!(ExplorationFloorOptions::default().validate().is_ok());
+        for share in [-0.1, 1.5, f64::NAN] {
+            let floor = ExplorationFloorOptions {
+                share,
+                ..Default::default()
+            };
+            assert!(floor.validate().unwrap_err().contains("--explore-share"));
+        }
+        let floor = ExplorationFloorOptions {
+            answers_per_idea: 0,
+            ..Default::default()
+        };
+        assert!(floor.validate().unwrap_err().contains("--explore-answers"));
     }
 }

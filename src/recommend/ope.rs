@@ -219,7 +219,15 @@ mod tests {
                 .find(|(c, _)| target.probability(&candidates, &c.candidate_id) == 1.0)
                 .map(|(c, _)| c.diff.clone());
             truth.push(chosen.map_or(0.0, |diff| environment.acceptance_probability(&ctx, &diff)));
-            let output = rank(&policy, prepared, 1, rng.random(), &Evidence::default()).unwrap();
+            let output = rank(
+                &policy,
+                prepared,
+                1,
+                rng.random(),
+                &Evidence::default(),
+                None,
+            )
+            .unwrap();
             let shown = &output.shown[0];
             let feedback = environment.feedback(&ctx, &shown.candidate.diff, &mut rng);
             let observation = bandit::Observation::binary(

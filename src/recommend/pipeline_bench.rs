@@ -639,7 +639,7 @@ fn pick(arm: &mut Arm, menu: &Prepared, truths: &[f64]) -> (Option<usize>, Optio
             let ranked = arm
                 .policy
                 .as_deref()
-                .map(|policy| rank(policy, menu.clone(), 1, seed, &arm.evidence));
+                .map(|policy| rank(policy, menu.clone(), 1, seed, &arm.evidence, None));
             let Some(Ok(output)) = ranked else {
                 arm.errors += 1;
                 return (None, None);

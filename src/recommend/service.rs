@@ -36,9 +36,10 @@ use uuid::Uuid;
 use super::candidate_log::{self, CandidateEntry, CandidateLogError};
 use super::decision_writer::{DecisionWriteError, DecisionWriter};
 use super::engine::{
-    Evidence, RecommendError, RecommendInput, Shown, learning_reward, prepare, rank, timestamp_s,
+    Evidence, FloorRequest, RecommendError, RecommendInput, Shown, learning_reward, prepare, rank,
+    timestamp_s,
 };
-use super::exposure::{Exposure, ExposureCap};
+use super::exposure::{ExplorationFloorOptions, Exposure, ExposureCap};
 use super::features::{layout, policy_config};
 use super::placement::{PlacementError, place};
 use super::snapshot::{LearnedRow, Ledger, Lesson, OrgSnapshot, SNAPSHOT_FORMAT};
@@ -203,6 +204,8 @@ type Restored = (ThompsonPolicy, Ledger);
 pub struct ServingOptions {
     /// The exposure cap on new model versions.
     pub exposure_cap: ExposureCap,
+    /// The exploration floor for the newest model version's unanswered ideas.
+    pub exploration: ExplorationFloorOptions,
 }
 
 /// How a server's state was loaded at start.
@@ -556,20 +559,40 @@ impl Serving {
         };
         let index = state.index.read().map_err(|_| poisoned())?.clone();
         let cluster = placement.as_ref().map(|p| p.cluster_id.as_str());
-        let mut model_candidates: Vec<Candidate> = state
+        let all_model_candidates = state
             .model_candidates
             .read()
             .map_err(|_| poisoned())?
+            .clone();
+        let mut model_candidates: Vec<Candidate> = all_model_candidates
             .iter()
             .filter(|(for_cluster, _)| for_cluster.is_none() || for_cluster.as_deref() == cluster)
             .map(|(_, c)| c.clone())
             .collect();
-        let capped_versions = state.exposure.lock().map_err(|_| poisoned())?.capped(
-            &self.options.exposure_cap,
-            model_candidates
-                .iter()
-                .filter_map(|c| c.source.model_version_id()),
-        );
+        let (capped_versions, floor) = {
+            let exposure = state.exposure.lock().map_err(|_| poisoned())?;
+            let capped = exposure.capped(
+                &self.options.exposure_cap,
+                model_candidates
+                    .iter()
+                    .filter_map(|c| c.source.model_version_id()),
+            );
+            // The newest version's ideas come first (stored newest first).
+            let floor = all_model_candidates
+                .first()
+                .and_then(|(_, c)| c.source.model_version_id())
+                .filter(|v| {
+                    self.options.exploration.share > 0.0
+                        && exposure.is_new(&self.options.exposure_cap, v)
+                        && !capped.iter().any(|capped| capped == v)
+                })
+                .map(|v| FloorRequest {
+                    share: self.options.exploration.share,
+                    model_version_id: v.to_owned(),
+                    answers_per_idea: self.options.exploration.answers_per_idea,
+                });
+            (capped, floor)
+        };
         if !capped_versions.is_empty() {
             model_candidates.retain(|c| {
                 c.source
@@ -593,7 +616,7 @@ impl Serving {
         let seed: u64 = rand::rng().random();
         let output = {
             let evidence = state.evidence.read().map_err(|_| poisoned())?;
-            rank(&policy, prepared, input.k, seed, &evidence)?
+            rank(&policy, prepared, input.k, seed, &evidence, floor.as_ref())?
         };
         // Time-ordered (v7): the decision log's keys then grow at the right edge of their
         // B-trees, so an insert touches the same few hot pages instead of a random leaf (which,
@@ -610,6 +633,7 @@ impl Serving {
             );
         let event_id = Uuid::now_v7();
         let cluster_id = placement.map(|p| p.cluster_id);
+        let floor_pick = output.ranking.floor_pick;
         let served: Vec<Served> = output
             .shown
             .into_iter()
@@ -635,6 +659,8 @@ impl Serving {
             user_role: query.user_role,
             domain: query.domain,
             capped_versions,
+            floor_version: output.floor_version,
+            floor_pick,
             items: served
                 .iter()
                 .map(|s| DecisionItemRecord {

@@ -34,6 +34,11 @@ pub struct DecisionRecord {
     pub domain: Option<String>,
     /// Model versions left out of this decision by the exposure cap on new versions.
     pub capped_versions: Vec<String>,
+    /// The model version whose unanswered ideas the exploration floor could put first in this
+    /// decision (`None`: the floor did not apply).
+    pub floor_version: Option<String>,
+    /// Whether the floor did put one first (logged only with `floor_version`).
+    pub floor_pick: bool,
     pub items: Vec<DecisionItemRecord>,
 }
 
@@ -85,6 +90,8 @@ pub async fn insert_decisions(
         user_role: Option<&'a str>,
         domain: Option<&'a str>,
         capped_versions: Option<&'a [String]>,
+        floor_version: Option<&'a str>,
+        floor_pick: Option<bool>,
     }
     #[derive(serde::Serialize)]
     struct ItemRow<'a> {
@@ -121,6 +128,8 @@ pub async fn insert_decisions(
             user_role: d.user_role.as_deref(),
             domain: d.domain.as_deref(),
             capped_versions: (!d.capped_versions.is_empty()).then_some(&d.capped_versions[..]),
+            floor_version: d.floor_version.as_deref(),
+            floor_pick: d.floor_version.as_ref().map(|_| d.floor_pick),
         })
         .collect();
     let items: Vec<ItemRow<'_>> = decisions
@@ -154,14 +163,16 @@ pub async fn insert_decisions(
         "WITH logged AS (
              INSERT INTO decision_log (org_id, event_id, created_at, policy_version, seed, cluster_id,
                                        context, context_embedding, candidate_set, context_features,
-                                       user_role, domain, capped_versions)
+                                       user_role, domain, capped_versions, floor_version,
+                                       floor_pick)
              SELECT org_id, event_id, created_at, policy_version, seed, cluster_id, context,
                     context_embedding, candidate_set, context_features, user_role, domain,
-                    capped_versions
+                    capped_versions, floor_version, floor_pick
              FROM jsonb_to_recordset($1) AS r(org_id text, event_id uuid, created_at timestamptz,
                   policy_version text, seed bigint, cluster_id text, context jsonb,
                   context_embedding real[], candidate_set bytea,
-                  context_features real[], user_role text, domain text, capped_versions text[])
+                  context_features real[], user_role text, domain text, capped_versions text[],
+                  floor_version text, floor_pick boolean)
          ), counted AS (
              INSERT INTO acceptance_deltas
              SELECT l.org_id, (l.created_at AT TIME ZONE 'UTC')::date, coalesce(l.cluster_id, 'unassigned'),

@@ -38,6 +38,8 @@ fn decision(org: &str, event_id: Uuid) -> DecisionRecord {
         user_role: Some("senior_ml_engineer".into()),
         domain: Some("fintech".into()),
         capped_versions: vec!["mv-new".into()],
+        floor_version: Some("mv-new".into()),
+        floor_pick: true,
         items: (0..3)
             .map(|p| DecisionItemRecord {
                 recommendation_id: format!("r-{p}"),
@@ -130,6 +132,12 @@ async fn concurrent_decisions_are_all_durable() {
             .await
             .unwrap();
     assert_eq!(capped, ["mv-new"]);
+    let floor: (Option<String>, Option<bool>) =
+        sqlx::query_as("SELECT floor_version, floor_pick FROM decision_log LIMIT 1")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(floor, (Some("mv-new".to_owned()), Some(true)));
     let (binary, json) = stored_candidate_set(db.pool(), "acme", event_id)
         .await
         .unwrap()

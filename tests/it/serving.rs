@@ -1402,9 +1402,15 @@ async fn a_new_model_version_heads_at_most_its_share_until_it_has_its_answers() 
         share: 0.05,
         feedbacks: 3,
     };
-    let serving = Serving::start_with(app.db.pool().clone(), ServingOptions { exposure_cap: cap })
-        .await
-        .unwrap();
+    let serving = Serving::start_with(
+        app.db.pool().clone(),
+        ServingOptions {
+            exposure_cap: cap,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     let rounds = 100;
     let (mut headed, mut absent, mut answered) = (0, 0, Vec::new());
     for _ in 0..rounds {
@@ -1481,6 +1487,105 @@ async fn a_new_model_version_heads_at_most_its_share_until_it_has_its_answers() 
             "capped after three answers"
         );
     }
+}
+
+/// The exploration floor puts the newest version's unanswered idea first in about its share of
+/// decisions, logs which decisions it could and did pick with the pick's propensity, stops once
+/// the idea has its answers, and `models list` prices it from the log.
+#[tokio::test]
+async fn the_exploration_floor_shows_a_new_idea_first_at_its_share_until_it_is_answered() {
+    use arc_rec::recommend::exposure::{ExplorationFloorOptions, ExposureCap};
+    use arc_rec::recommend::service::ServingOptions;
+    use arc_rec::storage::decisions::{FeedbackOutcome, FeedbackRecord};
+
+    let app = with_contract_data().await;
+    // Priced at the bottom: the policy alone would seldom put it first.
+    store_priced_candidate(app.db.pool(), "mv-new", 0.0, 0.01).await;
+    let options = ServingOptions {
+        exposure_cap: ExposureCap {
+            share: 1.0,
+            feedbacks: 50,
+        },
+        exploration: ExplorationFloorOptions {
+            share: 0.5,
+            answers_per_idea: 2,
+        },
+    };
+    let serving = Serving::start_with(app.db.pool().clone(), options)
+        .await
+        .unwrap();
+    let rounds = 120;
+    let mut picks = Vec::new();
+    for _ in 0..rounds {
+        let answer = serving.recommend("acme", contract_query(3)).await.unwrap();
+        let first = &answer.recommendations[0];
+        if first.shown.candidate.source.model_version_id() == Some("mv-new") {
+            // First by the floor (probability ≥ its share) or by the policy: either way the
+            // logged propensity is at least the floor's.
+            assert!(first.shown.item.propensity >= 0.5 - 1e-12);
+            picks.push((answer.event_id, first.recommendation_id.clone()));
+        }
+    }
+    let pool = app.db.pool();
+    let (eligible, floor_picks): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE floor_pick) FROM decision_log
+         WHERE org_id = 'acme' AND floor_version = 'mv-new'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        eligible, rounds,
+        "every decision had the unanswered idea on its menu"
+    );
+    // Binomial(120, 0.5): 60 ± 5.5; eight standard deviations either side.
+    assert!(
+        (16..=104).contains(&floor_picks),
+        "the floor picked {floor_picks} of {rounds}"
+    );
+    assert!(picks.len() as i64 >= floor_picks);
+
+    // Two answers about the idea: it no longer needs the floor.
+    for (event_id, recommendation_id) in picks.iter().take(2).cloned() {
+        let outcome = FeedbackRecord {
+            org_id: "acme".into(),
+            event_id,
+            recommendation_id,
+            outcome: FeedbackOutcome::Rejected,
+            reliability_delta: None,
+            feedback_score: None,
+        };
+        assert!(serving.feedback(outcome).await.unwrap());
+    }
+    for _ in 0..10 {
+        serving.recommend("acme", contract_query(3)).await.unwrap();
+    }
+    let (eligible_after, floored_after): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE floor_version = 'mv-new'),
+                count(*) FILTER (WHERE floor_version IS NOT NULL OR floor_pick IS NOT NULL)
+         FROM decision_log WHERE org_id = 'acme'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        eligible_after, rounds,
+        "answered twice, the idea is off the floor"
+    );
+    assert_eq!(floored_after, rounds);
+
+    let versions = arc_rec::storage::model_versions::list(pool, Some("acme"))
+        .await
+        .unwrap();
+    let floor = versions[0].floor;
+    assert_eq!(versions[0].model_version_id, "mv-new");
+    assert_eq!(
+        (floor.floor_decisions, floor.floor_picks),
+        (eligible, floor_picks)
+    );
+    // The two rejections were of first items: floor picks or the policy's own.
+    assert_eq!(floor.pick_answered + floor.policy_answered, 2);
+    assert_eq!(floor.pick_accepted + floor.policy_accepted, 0);
 }
 
 /// A key of one organization never sees or changes another's data, endpoint by endpoint:
