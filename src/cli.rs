@@ -86,6 +86,13 @@ pub enum Command {
     /// Fails, writing nothing, when no recommendation passes.
     #[cfg(feature = "rft")]
     Candidates(crate::commands::candidates::CandidatesArgs),
+    /// One learning round of an organization on its own data: export its history with the
+    /// answers to what was served → train with the learned grader → the checkpoint gate →
+    /// candidates (the new version goes live). Resumable, one at a time per organization,
+    /// recorded in the `rounds` table; `round list` shows them.
+    #[cfg(feature = "rft")]
+    #[command(subcommand)]
+    Round(crate::commands::round::RoundCommand),
     /// A run's grader for a trainer outside arc-rec (verl, see docs/SCALE-OUT.md): JSON lines of
     /// completions in, rewards and verdicts out (no database).
     #[cfg(feature = "rft")]

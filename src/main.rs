@@ -81,6 +81,10 @@ async fn run_command(cli: &Cli, metrics: &telemetry::Metrics) -> anyhow::Result<
         Command::Candidates(args) => {
             return commands::candidates::run(args, &cli.database).await;
         }
+        // Opens the database itself (for its lock and its row) and lets train and candidates
+        // open theirs.
+        #[cfg(feature = "rft")]
+        Command::Round(round) => return commands::round::run(round, &cli.database).await,
         #[cfg(feature = "rft")]
         Command::Grade(grade) => {
             return tokio::task::block_in_place(|| commands::grade::run(grade));
@@ -162,6 +166,7 @@ async fn dispatch(
         | Command::Train(_)
         | Command::Eval(_)
         | Command::Candidates(_)
+        | Command::Round(_)
         | Command::Grade(_) => {
             anyhow::bail!("not dispatched here")
         }

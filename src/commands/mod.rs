@@ -25,6 +25,8 @@ pub mod model;
 pub mod models;
 pub mod peak_memory;
 pub mod report;
+#[cfg(feature = "rft")]
+pub mod round;
 pub mod serve;
 pub mod simulate;
 #[cfg(feature = "rft")]

@@ -11,6 +11,7 @@ pub mod embedded;
 pub mod export_rows;
 pub mod model_versions;
 pub mod record_writer;
+pub mod rounds;
 pub mod training_runs;
 pub mod writeback_pacer;
 
