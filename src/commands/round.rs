@@ -14,8 +14,8 @@ use super::candidates::CandidatesArgs;
 use super::train::TrainArgs;
 use super::{DatabaseArgs, open_database, parse_org};
 use crate::export::{ExportFormat, ExportOptions, Holdout, export_to_file};
-use crate::storage::export_rows::ExportFilter;
 use crate::storage::Database;
+use crate::storage::export_rows::ExportFilter;
 use crate::storage::rounds::{self, Round, RoundLock, RoundStatus};
 use crate::training::run_dir::{LEARNED_GRADER_FILE, SUMMARY_FILE, read_run_id};
 use crate::training::selection::read_choice;
@@ -102,7 +102,13 @@ fn check_options(args: &RoundArgs) -> anyhow::Result<()> {
         }
     }
     // The options parse now, not after the export.
-    train_args(&args.train_options, Path::new("x"), Path::new("x"), Path::new("x"), 1)?;
+    train_args(
+        &args.train_options,
+        Path::new("x"),
+        Path::new("x"),
+        Path::new("x"),
+        1,
+    )?;
     Ok(())
 }
 
@@ -227,7 +233,14 @@ async fn finish_round(
         .with_context(|| stopped("candidates"))?;
     let version = read_run_id(&run, "round")?;
     figures["candidates_k"] = args.candidates_k.into();
-    close(database, round, RoundStatus::Served, Some(&version), &figures).await
+    close(
+        database,
+        round,
+        RoundStatus::Served,
+        Some(&version),
+        &figures,
+    )
+    .await
 }
 
 async fn close(
@@ -251,7 +264,9 @@ async fn close(
         round.round_no,
         round.org_id,
         status.as_str(),
-        version.map(|v| format!(", model version {v} live")).unwrap_or_default()
+        version
+            .map(|v| format!(", model version {v} live"))
+            .unwrap_or_default()
     );
     Ok(())
 }
@@ -324,9 +339,13 @@ fn resume_args(run: &Path) -> anyhow::Result<TrainArgs> {
         #[command(flatten)]
         args: TrainArgs,
     }
-    Train::try_parse_from(["train".to_owned(), "--resume".into(), run.display().to_string()])
-        .map(|t| t.args)
-        .context("resume the round's training run")
+    Train::try_parse_from([
+        "train".to_owned(),
+        "--resume".into(),
+        run.display().to_string(),
+    ])
+    .map(|t| t.args)
+    .context("resume the round's training run")
 }
 
 fn candidates_args(run: &Path, args: &RoundArgs) -> anyhow::Result<CandidatesArgs> {

@@ -172,13 +172,12 @@ pub async fn start(
     dir_for: impl Fn(i32) -> String,
 ) -> Result<Round, StorageError> {
     let mut tx = pool.begin().await.context("begin round")?;
-    let next: i32 = sqlx::query_scalar(
-        "SELECT coalesce(max(round_no), 0) + 1 FROM rounds WHERE org_id = $1",
-    )
-    .bind(org)
-    .fetch_one(&mut *tx)
-    .await
-    .context("number the round")?;
+    let next: i32 =
+        sqlx::query_scalar("SELECT coalesce(max(round_no), 0) + 1 FROM rounds WHERE org_id = $1")
+            .bind(org)
+            .fetch_one(&mut *tx)
+            .await
+            .context("number the round")?;
     let round: Round = sqlx::query_as(&format!(
         "INSERT INTO rounds (org_id, round_no, status, window_since, window_until, new_answers, dir)
          VALUES ($1, $2, 'running', $3, $4, $5, $6)

@@ -33,6 +33,9 @@ mod model;
 /// `arc-rec candidates`: a trained model's candidates served beside the heuristic ones.
 #[cfg(feature = "rft")]
 mod model_candidates;
+/// `arc-rec round`: two learning rounds end to end over HTTP, and a loop's bad inputs.
+#[cfg(feature = "rft")]
+mod rounds;
 /// The schema: constraints, organization isolation, analyst views.
 mod schema;
 /// Recommendations, feedback, replicas and restarts.
