@@ -23,6 +23,7 @@ pub mod rate_limit;
 pub mod recommend;
 pub mod rft;
 pub mod storage;
+pub mod traffic;
 #[cfg(feature = "rft")]
 pub mod training;
 pub mod world;

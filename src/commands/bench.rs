@@ -34,6 +34,14 @@ pub enum BenchCommand {
     /// NAME=FILE` from `arc-rec candidates --out`), against random order of the heuristic
     /// candidates and the menu oracles; the first rounds (cold start) and the last quarter.
     Pipeline(crate::commands::bench_pipeline::BenchPipelineArgs),
+    /// The loop through the front door: the synthetic world plays one organization's users
+    /// against a real `arc-rec serve` over HTTP; phase 0 is heuristics alone, and before each
+    /// later phase `arc-rec round` runs (never given the world). Per phase: served top-1 true
+    /// acceptance with its interval and its gain over phase 0 on the same contexts, the model's
+    /// share of first items, model against heuristic picks, the exploration floor's cost and
+    /// the learned grader's priors against the truth.
+    #[cfg(feature = "rft")]
+    Loop(crate::commands::bench_loop::BenchLoopArgs),
     /// Open-loop HTTP load at a fixed rate against a running server (one JSON line of results).
     Load(crate::commands::load::LoadArgs),
     /// Generation (batch 1, k samples), LoRA training-step and RL-step (generate k + one
@@ -141,6 +149,8 @@ pub async fn run(command: &BenchCommand, database: &Database) -> anyhow::Result<
         BenchCommand::PaperBandit(_) => anyhow::bail!("`bench paper-bandit` needs no database"),
         #[cfg(feature = "rft")]
         BenchCommand::Model(_) => anyhow::bail!("`bench model` needs no database"),
+        #[cfg(feature = "rft")]
+        BenchCommand::Loop(_) => anyhow::bail!("`bench loop` opens the database itself"),
     }
 }
 

@@ -6,15 +6,16 @@
 //! for each rate, runs `arc-rec bench load` as another process (open loop, latency from the
 //! scheduled send time). Every 200 includes the durable decision-log write.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use serde_json::Value;
 
+use super::server_process::ServerProcess;
 use crate::http_load::LoadReport;
 use crate::recommend::serve_bench::{self, EMBEDDING_DIM, ORG, ServeBench, highest_sustained_rate};
 use crate::storage::Database;
@@ -57,7 +58,12 @@ pub async fn run(args: &BenchServeArgs, database: &Database) -> anyhow::Result<(
     let file = tempfile::NamedTempFile::new()?;
     write_bodies(&file, &bodies)?;
 
-    let mut server = start_server(&exe, database, args.workers)?;
+    let workers = args.workers.map(|w| w.to_string());
+    let extra: Vec<&str> = match &workers {
+        Some(w) => vec!["--workers", w],
+        None => vec![],
+    };
+    let mut server = ServerProcess::start(&exe, database, &extra)?;
     let ranked = probe(server.port, &key, &bodies[0], database).await?;
     if let Some(dir) = &args.latency_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -223,76 +229,4 @@ fn print_table(result: &ServeBench) {
     }
     println!("server peak RSS: {:.1} MB", result.server_peak_rss_mb);
     println!("goal: p99 <= 10 ms at 1000 requests/s");
-}
-
-struct ServerProcess {
-    child: Child,
-    port: u16,
-}
-
-fn start_server(
-    exe: &Path,
-    database: &Database,
-    workers: Option<usize>,
-) -> anyhow::Result<ServerProcess> {
-    let mut command = Command::new(exe);
-    // On the embedded cluster the server joins it as users do (and so paces its writeback);
-    // a server named by URL is reached the same way as here.
-    match database.embedded_root() {
-        Some(root) => command
-            .arg("--data-dir")
-            .arg(root)
-            .env_remove("DATABASE_URL"),
-        None => command.env("DATABASE_URL", database.libpq_url()),
-    };
-    // The rates measured go past a platform key's default limit, and the bench measures
-    // serving, not the limiter: platform keys are not limited here.
-    command
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .args(["--rate-limit", "platform=off"])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null());
-    if let Some(workers) = workers {
-        command.args(["--workers", &workers.to_string()]);
-    }
-    let mut child = command.spawn().context("cannot start arc-rec serve")?;
-    let stderr = child.stderr.take().context("no stderr")?;
-    let mut lines = BufReader::new(stderr).lines();
-    // `arc-rec serve` announces "listening on ... (port N)" on stderr once it is bound.
-    let port = loop {
-        let Some(line) = lines.next() else {
-            let _ = child.kill();
-            anyhow::bail!("arc-rec serve exited before listening");
-        };
-        let line = line?;
-        if let Some(rest) = line.split("(port ").nth(1) {
-            break rest
-                .trim_end_matches(')')
-                .parse::<u16>()
-                .context("unreadable port")?;
-        }
-    };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Ok(ServerProcess { child, port })
-}
-
-impl ServerProcess {
-    fn peak_rss_mb(&self) -> f64 {
-        crate::commands::peak_memory::peak_rss_mb_of(&self.child.id().to_string())
-    }
-
-    fn stop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            self.stop();
-        }
-    }
 }

@@ -4,6 +4,8 @@
 pub mod analytics;
 pub mod bench;
 #[cfg(feature = "rft")]
+pub mod bench_loop;
+#[cfg(feature = "rft")]
 pub mod bench_model;
 pub mod bench_paper_bandit;
 pub mod bench_peers;
@@ -28,6 +30,7 @@ pub mod report;
 #[cfg(feature = "rft")]
 pub mod round;
 pub mod serve;
+pub mod server_process;
 pub mod simulate;
 #[cfg(feature = "rft")]
 pub mod train;

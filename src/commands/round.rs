@@ -75,7 +75,8 @@ pub async fn run(command: &RoundCommand, database_args: &DatabaseArgs) -> anyhow
     }
 }
 
-async fn run_round(args: &RoundArgs, database_args: &DatabaseArgs) -> anyhow::Result<()> {
+/// Runs (or resumes) one round of `args.org`.
+pub async fn run_round(args: &RoundArgs, database_args: &DatabaseArgs) -> anyhow::Result<()> {
     let org = parse_org(&args.org)?;
     check_options(args)?;
     let database = open_database(database_args).await?;
@@ -85,7 +86,7 @@ async fn run_round(args: &RoundArgs, database_args: &DatabaseArgs) -> anyhow::Re
 }
 
 /// Everything that can be checked before a row or a directory exists.
-fn check_options(args: &RoundArgs) -> anyhow::Result<()> {
+pub(crate) fn check_options(args: &RoundArgs) -> anyhow::Result<()> {
     if !args.model.join("config.json").is_file() {
         bail!(
             "--model {}: no config.json (a Hugging Face checkpoint directory; `arc-rec model init` writes one)",

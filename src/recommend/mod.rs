@@ -8,6 +8,7 @@ pub mod decision_writer;
 pub mod engine;
 pub mod exposure;
 pub mod features;
+pub mod loop_bench;
 pub mod ope;
 pub mod pipeline_bench;
 pub mod placement;

@@ -204,6 +204,28 @@ pub async fn insert_decisions(
     Ok(())
 }
 
+/// What serving logged of `events` (decisions of `org`): per item, the decision's exploration
+/// floor verdict (`None`: the floor did not apply) and the prior a priced model item was ranked
+/// with. Items in the order (event, position).
+pub async fn floor_and_priors(
+    pool: &PgPool,
+    org: &str,
+    events: &[Uuid],
+) -> Result<Vec<(Uuid, Option<bool>, String, Option<f64>)>, StorageError> {
+    sqlx::query_as(
+        "SELECT l.event_id, l.floor_pick, i.recommendation_id, i.prior_mean
+         FROM decision_log l
+         JOIN decision_items i ON i.org_id = l.org_id AND i.event_id = l.event_id
+         WHERE l.org_id = $1 AND l.event_id = ANY($2)
+         ORDER BY l.event_id, i.position",
+    )
+    .bind(org)
+    .bind(events)
+    .fetch_all(pool)
+    .await
+    .context("read the floor and priors of decisions")
+}
+
 /// An organization's decisions so far, and per model version the decisions whose first item
 /// was its candidate (what the exposure cap on new versions starts from).
 pub async fn exposure_counts(

@@ -222,3 +222,46 @@ async fn two_rounds_learn_from_served_answers_end_to_end_over_http() {
     let listed = run(arc_rec(&url).args(["round", "list", "--org", ORG]));
     assert!(listed.contains(&v2) && listed.contains(&v1), "{listed}");
 }
+
+/// `bench loop` checks its model and its organization before any traffic: an organization the
+/// database lacks, or one with an earlier loop's versions, is named with what to do.
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_loop_names_a_missing_model_and_an_organization_that_is_not_fresh() {
+    let db = fresh_database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let bench = |model: &Path| {
+        let output = arc_rec(&db.url)
+            .args(["bench", "loop", "--world-seed", "1", "--rounds", "1"])
+            .args(["--decisions", "10", "--model"])
+            .arg(model)
+            .arg("--dir")
+            .arg(dir.path().join("rounds"))
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = bench(&dir.path().join("missing"));
+    assert!(
+        stderr.contains("--model") && stderr.contains("config.json"),
+        "{stderr}"
+    );
+    std::fs::create_dir_all(dir.path().join("m")).unwrap();
+    std::fs::write(dir.path().join("m/config.json"), "{}").unwrap();
+    let stderr = bench(&dir.path().join("m"));
+    assert!(stderr.contains("lacks organization acme"), "{stderr}");
+    assert!(stderr.contains("arc-rec simulate --seed 1"), "{stderr}");
+    sqlx::query("INSERT INTO organizations (org_id) VALUES ('acme')")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO model_versions (org_id, model_version_id, base_model)
+         VALUES ('acme', 'rft-old', 'tiny')",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let stderr = bench(&dir.path().join("m"));
+    assert!(stderr.contains("already has model versions"), "{stderr}");
+}
