@@ -65,11 +65,6 @@ async fn run_command(cli: &Cli, metrics: &telemetry::Metrics) -> anyhow::Result<
         Command::Bench(BenchCommand::Model(args)) => {
             return tokio::task::block_in_place(|| commands::bench_model::run(args));
         }
-        // Runs rounds, which open the database themselves.
-        #[cfg(feature = "rft")]
-        Command::Bench(BenchCommand::Loop(args)) => {
-            return commands::bench_loop::run(args, &cli.database).await;
-        }
         #[cfg(feature = "rft")]
         Command::Model(model) => return commands::model::run(model),
         // Opens the database itself, only around the training (and not with --no-record); its

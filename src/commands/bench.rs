@@ -150,7 +150,7 @@ pub async fn run(command: &BenchCommand, database: &Database) -> anyhow::Result<
         #[cfg(feature = "rft")]
         BenchCommand::Model(_) => anyhow::bail!("`bench model` needs no database"),
         #[cfg(feature = "rft")]
-        BenchCommand::Loop(_) => anyhow::bail!("`bench loop` opens the database itself"),
+        BenchCommand::Loop(args) => crate::commands::bench_loop::run(args, database).await,
     }
 }
 

@@ -11,9 +11,9 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde::Serialize;
 
-use super::round::{RoundArgs, check_options, run_round};
+use super::parse_org;
+use super::round::{RoundArgs, check_options};
 use super::server_process::ServerProcess;
-use super::{DatabaseArgs, open_database, parse_org};
 use crate::plot::{Panel, Series, write_png};
 use crate::recommend::loop_bench::{Logged, PhaseScore, score};
 use crate::recommend::service::MODEL_CANDIDATES_RELOAD_BOUND;
@@ -86,7 +86,7 @@ pub struct PhaseReport {
 }
 
 /// Runs the benchmark.
-pub async fn run(args: &BenchLoopArgs, database_args: &DatabaseArgs) -> anyhow::Result<()> {
+pub async fn run(args: &BenchLoopArgs, database: &Database) -> anyhow::Result<()> {
     let world = World::new(WorldParams {
         seed: args.world_seed,
         outcomes: args.world_outcomes,
@@ -102,10 +102,7 @@ pub async fn run(args: &BenchLoopArgs, database_args: &DatabaseArgs) -> anyhow::
             .cloned()
             .context("the world has no organization")?,
     };
-    let database = open_database(database_args).await?;
-    let result = run_on(args, database_args, &database, &world, &org).await;
-    database.close().await?;
-    let report = result?;
+    let report = run_on(args, database, &world, &org).await?;
     if let Some(path) = &args.plot {
         plot(&report, path)?;
     }
@@ -119,7 +116,6 @@ pub async fn run(args: &BenchLoopArgs, database_args: &DatabaseArgs) -> anyhow::
 
 async fn run_on(
     args: &BenchLoopArgs,
-    database_args: &DatabaseArgs,
     database: &Database,
     world: &World,
     org: &str,
@@ -156,7 +152,7 @@ async fn run_on(
         let (round_status, model_version_id) = if phase == 0 {
             (None, None)
         } else {
-            let round = learn(args, database_args, database, org).await?;
+            let round = learn(args, &exe, database, org).await?;
             (Some(round.0), round.1)
         };
         let bar = crate::progress::bar(contexts.len() as u64, &format!("phase {phase}"), false);
@@ -221,14 +217,36 @@ async fn check_fresh(
     Ok(())
 }
 
-/// One round, and a wait until running servers serve its version.
+/// One round — `arc-rec round run` as a process of its own, as a platform's scheduler would run
+/// it, its output on our stderr (stdout stays the report's) — and a wait until running servers
+/// serve its version.
 async fn learn(
     args: &BenchLoopArgs,
-    database_args: &DatabaseArgs,
+    exe: &std::path::Path,
     database: &Database,
     org: &str,
 ) -> anyhow::Result<(String, Option<String>)> {
-    run_round(&round_args(args, org), database_args).await?;
+    let mut command = tokio::process::Command::new(exe);
+    match database.embedded_root() {
+        Some(root) => command
+            .arg("--data-dir")
+            .arg(root)
+            .env_remove("DATABASE_URL"),
+        None => command.env("DATABASE_URL", database.libpq_url()),
+    };
+    command
+        .args(["round", "run", "--org", org, "--model"])
+        .arg(&args.model)
+        .arg("--dir")
+        .arg(&args.dir)
+        .args(["--candidates-k", &args.candidates_k.to_string()])
+        .arg("--")
+        .args(&args.train_options)
+        .stdout(std::io::stderr());
+    let status = command.status().await.context("cannot run arc-rec round")?;
+    if !status.success() {
+        bail!("arc-rec round run --org {org} failed ({status}); its output is above");
+    }
     let last = rounds::last_finished(database.pool(), org)
         .await?
         .context("the round did not finish")?;

@@ -75,8 +75,7 @@ pub async fn run(command: &RoundCommand, database_args: &DatabaseArgs) -> anyhow
     }
 }
 
-/// Runs (or resumes) one round of `args.org`.
-pub async fn run_round(args: &RoundArgs, database_args: &DatabaseArgs) -> anyhow::Result<()> {
+async fn run_round(args: &RoundArgs, database_args: &DatabaseArgs) -> anyhow::Result<()> {
     let org = parse_org(&args.org)?;
     check_options(args)?;
     let database = open_database(database_args).await?;
