@@ -18,6 +18,8 @@ use crate::storage::StorageError;
 use crate::storage::analytics::{
     self, AcceptanceCount, AcceptedOutcomes, ClusterName, DailyCount, GroupBy, Period, Scope,
 };
+use crate::storage::model_versions::{self, VersionSummary};
+use crate::storage::rounds::{self, Round};
 use crate::storage::training_runs::{self, RecordedRun};
 use bandit::OpeReport;
 use drift::DriftReport;
@@ -172,6 +174,10 @@ pub struct Dashboard {
     pub outcomes_by_source: Vec<AcceptedOutcomes>,
     pub outcomes_by_type: Vec<AcceptedOutcomes>,
     pub runs: Vec<RecordedRun>,
+    /// Learning rounds (`arc-rec round`), newest first, and every model version with what it
+    /// served: acceptance by round and version.
+    pub rounds: Vec<Round>,
+    pub versions: Vec<VersionSummary>,
     /// Off-policy estimates on the newest [`OPE_DECISIONS`] decisions in scope.
     pub off_policy: Option<OffPolicy>,
 }
@@ -197,11 +203,13 @@ impl Dashboard {
             analytics::acceptance(pool, scope, GroupBy::Type),
             analytics::acceptance(pool, scope, GroupBy::Provider),
         )?;
-        let (outcomes_by_source, outcomes_by_type, runs, tops) = tokio::try_join!(
+        let (outcomes_by_source, outcomes_by_type, runs, tops, rounds, versions) = tokio::try_join!(
             analytics::accepted_outcomes(pool, scope, GroupBy::Source),
             analytics::accepted_outcomes(pool, scope, GroupBy::Type),
             training_runs::recent_runs(pool, org, RUNS_LISTED),
             analytics::logged_tops(pool, scope, OPE_DECISIONS),
+            rounds::list(pool, org),
+            model_versions::list(pool, org),
         )?;
         // The bootstraps are CPU work: off the request's thread.
         let off_policy =
@@ -223,6 +231,8 @@ impl Dashboard {
             outcomes_by_source,
             outcomes_by_type,
             runs,
+            rounds,
+            versions,
             off_policy,
         })
     }
@@ -659,9 +669,70 @@ fn sections(d: &Dashboard) -> String {
     ));
     body.push_str("</div><h2>Off-policy estimates of alternative policies</h2>");
     body.push_str(&off_policy_section(d.off_policy.as_ref()));
+    body.push_str("<h2>Learning rounds: acceptance by round and model version</h2>");
+    body.push_str(&rounds_section(&d.rounds, &d.versions));
     body.push_str("<h2>Training runs</h2>");
     body.push_str(&runs_section(&d.runs));
     body
+}
+
+/// One row per round (newest first) with its version's acceptance, then the versions no round
+/// wrote (`arc-rec candidates` by hand).
+fn rounds_section(rounds: &[Round], versions: &[VersionSummary]) -> String {
+    let mut html = String::from(
+        "<p class=\"note\">Each round (<code>arc-rec round run</code>) trained on the history and the answers to what was served until its window's end; a <code>refused</code> round's model did not beat its warm-up and wrote nothing. A version's acceptance counts every answered shown idea of it (Wilson 95 %); floor: decisions whose first item the exploration floor chose, of those where it could.</p>\
+         <table class=\"runs\"><tr><th>round</th><th>status</th><th>window until (UTC)</th><th>new answers</th><th>model version</th><th>version status</th><th>decisions</th><th>answers</th><th>acceptance [95 %]</th><th>floor picks</th></tr>",
+    );
+    if rounds.is_empty() && versions.is_empty() {
+        html.push_str("<tr><td colspan=\"10\">no round or model version yet</td></tr>");
+    }
+    let version_cells = |id: Option<&str>| -> String {
+        let Some(v) = id.and_then(|id| versions.iter().find(|v| v.model_version_id == id)) else {
+            return "<td>–</td>".repeat(5);
+        };
+        let acceptance = v.acceptance().map_or("–".to_owned(), |(rate, [lo, hi])| {
+            format!(
+                "{} [{}, {}]",
+                svg::percent(rate),
+                svg::percent(lo),
+                svg::percent(hi)
+            )
+        });
+        format!(
+            "<td>{}</td><td>{}</td><td>{}</td><td>{acceptance}</td><td>{}/{}</td>",
+            v.status.as_str(),
+            v.decisions,
+            v.answered,
+            v.floor.floor_picks,
+            v.floor.floor_decisions
+        )
+    };
+    for r in rounds {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{}</tr>",
+            r.round_no,
+            r.status.as_str(),
+            r.window_until.format("%Y-%m-%d %H:%M"),
+            r.new_answers,
+            escape(r.model_version_id.as_deref().unwrap_or("–")),
+            version_cells(r.model_version_id.as_deref()),
+        );
+    }
+    for v in versions.iter().filter(|v| {
+        !rounds
+            .iter()
+            .any(|r| r.model_version_id.as_deref() == Some(v.model_version_id.as_str()))
+    }) {
+        let _ = write!(
+            html,
+            "<tr><td>–</td><td>–</td><td>–</td><td>–</td><td>{}</td>{}</tr>",
+            escape(&v.model_version_id),
+            version_cells(Some(&v.model_version_id)),
+        );
+    }
+    html.push_str("</table>");
+    html
 }
 
 /// The dashboard page.
@@ -795,6 +866,8 @@ mod tests {
             }],
             outcomes_by_type: Vec::new(),
             runs: Vec::new(),
+            rounds: Vec::new(),
+            versions: Vec::new(),
             off_policy: None,
         }
     }
@@ -814,7 +887,57 @@ mod tests {
             "mean reported delta 0.5 / 4: {html}"
         );
         assert!(html.contains("no training run recorded"));
+        assert!(html.contains("no round or model version yet"));
         assert_eq!(html.matches("<svg").count(), 5, "{html}");
+    }
+
+    #[test]
+    fn rounds_are_listed_with_their_version_s_acceptance() {
+        use crate::storage::model_versions::{FloorCounts, VersionStatus};
+        use crate::storage::rounds::RoundStatus;
+        let at = chrono::DateTime::parse_from_rfc3339("2026-06-02T10:00:00Z")
+            .unwrap()
+            .to_utc();
+        let mut d = dashboard();
+        d.rounds = vec![Round {
+            org_id: "acme".to_owned(),
+            round_no: 1,
+            status: RoundStatus::Served,
+            window_since: None,
+            window_until: at,
+            new_answers: 42,
+            dir: "rounds/round-001".to_owned(),
+            model_version_id: Some("rft-1".to_owned()),
+            figures: serde_json::json!({}),
+            started_at: at,
+            finished_at: Some(at),
+        }];
+        let version = |id: &str, answered, accepted| VersionSummary {
+            org_id: "acme".to_owned(),
+            model_version_id: id.to_owned(),
+            base_model: "tiny".to_owned(),
+            created_at: at,
+            status: VersionStatus::Live,
+            status_changed_at: at,
+            candidates: 8,
+            decisions: 30,
+            answered,
+            accepted,
+            floor: FloorCounts {
+                floor_decisions: 10,
+                floor_picks: 2,
+                ..FloorCounts::default()
+            },
+        };
+        d.versions = vec![version("rft-1", 20, 10), version("<by-hand>", 4, 1)];
+        let html = page(&d);
+        assert!(
+            html.contains("<td>1</td><td>served</td><td>2026-06-02 10:00</td><td>42</td><td>rft-1</td><td>live</td><td>30</td><td>20</td><td>50.0 % ["),
+            "{html}"
+        );
+        assert!(html.contains("<td>2/10</td>"));
+        // A version no round wrote is listed too, escaped.
+        assert!(html.contains("&lt;by-hand&gt;") && html.contains("25.0 % ["));
     }
 
     #[test]
