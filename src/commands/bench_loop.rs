@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::parse_org;
 use super::round::{RoundArgs, check_options};
-use super::server_process::ServerProcess;
+use super::server_process::{ServerProcess, arc_rec_on};
 use crate::plot::{Panel, Series, write_png};
 use crate::recommend::loop_bench::{Logged, PhaseScore, score};
 use crate::recommend::service::MODEL_CANDIDATES_RELOAD_BOUND;
@@ -226,14 +226,7 @@ async fn learn(
     database: &Database,
     org: &str,
 ) -> anyhow::Result<(String, Option<String>)> {
-    let mut command = tokio::process::Command::new(exe);
-    match database.embedded_root() {
-        Some(root) => command
-            .arg("--data-dir")
-            .arg(root)
-            .env_remove("DATABASE_URL"),
-        None => command.env("DATABASE_URL", database.libpq_url()),
-    };
+    let mut command = tokio::process::Command::from(arc_rec_on(exe, database));
     command
         .args(["round", "run", "--org", org, "--model"])
         .arg(&args.model)

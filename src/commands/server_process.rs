@@ -1,5 +1,6 @@
-//! An `arc-rec serve` child process on a free port, over the same database as the caller, for
-//! the benchmarks that measure serving through its front door (`bench serve`, `bench loop`).
+//! arc-rec child processes over the caller's database: an `arc-rec serve` on a free port for
+//! the benchmarks that measure serving through its front door (`bench serve`, `bench loop`),
+//! and any other command (`bench loop`'s rounds).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -8,6 +9,21 @@ use std::process::{Child, Command, Stdio};
 use anyhow::Context;
 
 use crate::storage::Database;
+
+/// `exe` (an arc-rec binary) pointed at `database`: on the embedded cluster the child joins it
+/// as users do (and so, as a server, paces its writeback); a database named by URL is reached
+/// the same way as here.
+pub fn arc_rec_on(exe: &Path, database: &Database) -> Command {
+    let mut command = Command::new(exe);
+    match database.embedded_root() {
+        Some(root) => command
+            .arg("--data-dir")
+            .arg(root)
+            .env_remove("DATABASE_URL"),
+        None => command.env("DATABASE_URL", database.libpq_url()),
+    };
+    command
+}
 
 /// A running server; stopped (SIGTERM, then waited for) when dropped.
 #[derive(Debug)]
@@ -20,16 +36,7 @@ impl ServerProcess {
     /// Starts `exe serve --listen 127.0.0.1:0` with platform keys not rate-limited (the benches
     /// measure serving, not the limiter) and `extra` flags; returns once it listens.
     pub fn start(exe: &Path, database: &Database, extra: &[&str]) -> anyhow::Result<Self> {
-        let mut command = Command::new(exe);
-        // On the embedded cluster the server joins it as users do (and so paces its
-        // writeback); a server named by URL is reached the same way as here.
-        match database.embedded_root() {
-            Some(root) => command
-                .arg("--data-dir")
-                .arg(root)
-                .env_remove("DATABASE_URL"),
-            None => command.env("DATABASE_URL", database.libpq_url()),
-        };
+        let mut command = arc_rec_on(exe, database);
         command
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(["--rate-limit", "platform=off"])

@@ -2,24 +2,16 @@
 //! the frequencies the policy as run shows each candidate at each position (counted over many
 //! seeded requests), share 1 always puts an eligible candidate first, and bad floors are named.
 
-use bandit::{BanditError, ExplorationFloor, ModelKind, PolicyConfig, Ranking, ThompsonPolicy};
+use bandit::{BanditError, ExplorationFloor, Ranking, ThompsonPolicy};
 use proptest::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::helpers::{config, random_context, small_layout, uniform_vec};
+use crate::helpers::{fresh_policy, random_context, uniform_vec};
 
 /// A policy with no data (every θ̃ from the prior) and a fresh bank.
 fn fresh(epsilon: f64, mc_samples: usize) -> ThompsonPolicy {
-    let config = PolicyConfig {
-        epsilon,
-        mc_samples,
-        noise_scale: 0.3,
-        ..config(ModelKind::Linear, None)
-    };
-    let mut policy = ThompsonPolicy::new(small_layout(), config).unwrap();
-    policy.refresh_bank_seeded(5);
-    policy
+    fresh_policy(epsilon, mc_samples, 0.3, 5)
 }
 
 fn request(policy: &ThompsonPolicy, n: usize, seed: u64) -> (Vec<f64>, Vec<Vec<f64>>) {

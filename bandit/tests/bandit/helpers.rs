@@ -21,6 +21,24 @@ pub fn policy(model: ModelKind, half_life_s: Option<f64>) -> ThompsonPolicy {
     ThompsonPolicy::new(small_layout(), config(model, half_life_s)).unwrap()
 }
 
+/// A policy with no data (every θ̃ from the prior) and a fresh bank drawn from `bank_seed`.
+pub fn fresh_policy(
+    epsilon: f64,
+    mc_samples: usize,
+    noise_scale: f64,
+    bank_seed: u64,
+) -> ThompsonPolicy {
+    let config = PolicyConfig {
+        epsilon,
+        mc_samples,
+        noise_scale,
+        ..config(ModelKind::Linear, None)
+    };
+    let mut policy = ThompsonPolicy::new(small_layout(), config).unwrap();
+    policy.refresh_bank_seeded(bank_seed);
+    policy
+}
+
 pub fn uniform_vec<R: Rng>(rng: &mut R, n: usize) -> Vec<f64> {
     (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
 }

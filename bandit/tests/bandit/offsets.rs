@@ -2,23 +2,15 @@
 //! prior wins, its noise explores, the propensities stay the policy's probabilities, and bad
 //! offsets are errors.
 
-use bandit::{BanditError, ModelKind, PolicyConfig, ScoreOffset, ThompsonPolicy};
+use bandit::{BanditError, ScoreOffset, ThompsonPolicy};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::helpers::{config, random_context, small_layout, uniform_vec};
+use crate::helpers::{fresh_policy, random_context, uniform_vec};
 
 /// A policy with no data (every θ̃ from the prior) and a fresh bank.
 fn fresh(epsilon: f64, mc_samples: usize) -> ThompsonPolicy {
-    let config = PolicyConfig {
-        epsilon,
-        mc_samples,
-        noise_scale: 0.05,
-        ..config(ModelKind::Linear, None)
-    };
-    let mut policy = ThompsonPolicy::new(small_layout(), config).unwrap();
-    policy.refresh_bank_seeded(7);
-    policy
+    fresh_policy(epsilon, mc_samples, 0.05, 7)
 }
 
 fn request(policy: &ThompsonPolicy, n: usize) -> (Vec<f64>, Vec<Vec<f64>>) {
