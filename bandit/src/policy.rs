@@ -376,7 +376,38 @@ impl ThompsonPolicy {
     /// (timestamp, id), so every replica rebuilding from the same feedback log reaches the same
     /// bits, for the logistic model too. All observations are checked before anything changes.
     pub fn rebuild(&mut self, observations: &[Observation], now_s: f64) -> Result<()> {
+        self.rebuild_weighted(observations, &[], now_s)
+    }
+
+    /// [`ThompsonPolicy::rebuild`] with a weight per observation (`weights` empty: all 1), which
+    /// multiplies its decay weight: an observation of weight w counts as w copies of it (e.g. an
+    /// importance weight 1/propensity, to fit as if every candidate had been shown alike). Each
+    /// weight must be finite and > 0.
+    pub fn rebuild_weighted(
+        &mut self,
+        observations: &[Observation],
+        weights: &[f64],
+        now_s: f64,
+    ) -> Result<()> {
         check_time("now_s", now_s)?;
+        if !weights.is_empty() {
+            if weights.len() != observations.len() {
+                return Err(BanditError::Dimension {
+                    block: "weights".to_owned(),
+                    expected: observations.len(),
+                    actual: weights.len(),
+                });
+            }
+            if let Some(bad) = weights.iter().position(|w| !(w.is_finite() && *w > 0.0)) {
+                return Err(BanditError::Invalid {
+                    field: "weights",
+                    reason: format!(
+                        "weight {bad} is {}; each must be finite and > 0",
+                        weights[bad]
+                    ),
+                });
+            }
+        }
         let mut order: Vec<usize> = (0..observations.len()).collect();
         order.sort_by(|&a, &b| {
             let (a, b) = (&observations[a], &observations[b]);
@@ -387,7 +418,8 @@ impl ThompsonPolicy {
         let mut prepared = Vec::with_capacity(observations.len());
         for &i in &order {
             let (x, weight, _) = self.prepare(&observations[i], Some(now_s))?;
-            prepared.push((x, observations[i].reward, weight));
+            let importance = weights.get(i).copied().unwrap_or(1.0);
+            prepared.push((x, observations[i].reward, weight * importance));
         }
         let mut posterior =
             Posterior::prior(self.config.model, self.dim(), self.config.prior_precision);

@@ -96,6 +96,11 @@ pub struct TrainArgs {
     /// from `candidates` keep both floors either way.
     #[arg(long, value_enum, default_value_t = crate::rft::learned_grader::LearnedFloor::Ranges)]
     pub learned_floor: crate::rft::learned_grader::LearnedFloor,
+    /// How `--grader learned`'s fit weighs answers to recommendations arc-rec served: as they
+    /// came (none), or by 1/logged propensity, self-normalised and capped at 20 (ips), to fit
+    /// as if every candidate had been shown alike. See docs/experiments/served-weighting.md.
+    #[arg(long, value_enum, default_value_t = crate::rft::learned_grader::ServedWeighting::None)]
+    pub learned_served_weighting: crate::rft::learned_grader::ServedWeighting,
     /// Seed of the synthetic world the data came from (`--grader world`).
     #[arg(long, default_value_t = 1)]
     pub world_seed: u64,
@@ -269,6 +274,7 @@ impl TrainArgs {
             world_reward: self.world_reward,
             learned_lcb_z: self.learned_lcb_z,
             learned_floor: self.learned_floor,
+            learned_served_weighting: self.learned_served_weighting,
             format_bonus: !self.no_format_bonus,
             seed: self.seed,
             learning_rate: self.learning_rate,

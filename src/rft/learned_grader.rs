@@ -84,12 +84,14 @@ impl LearnedFloor {
     }
 }
 
-/// How pessimistic the learned grader's reward is: κ, and what earns the floor.
+/// How pessimistic the learned grader's reward is: κ, and what earns the floor; and how its fit
+/// weighs the answers to served recommendations.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pessimism {
     /// κ: the reward is made of σ(μ − κ·s).
     pub lcb_z: f64,
     pub floor: LearnedFloor,
+    pub served_weighting: ServedWeighting,
 }
 
 impl Default for Pessimism {
@@ -97,7 +99,50 @@ impl Default for Pessimism {
         Self {
             lcb_z: DEFAULT_LCB_Z,
             floor: LearnedFloor::default(),
+            served_weighting: ServedWeighting::default(),
         }
+    }
+}
+
+/// `--learned-served-weighting`: how the grader's fit weighs an answer to a recommendation
+/// arc-rec served. The grader models P(accept | context, diff); the logging policy chose which
+/// diff was shown from the context, not from the answer, so unweighted answers already estimate
+/// that conditional probability where the model holds (`none`). `ips` weighs each by
+/// 1/propensity (self-normalised over the served answers, each at most [`MAX_IPS_WEIGHT`]
+/// before normalising), fitting as if every candidate had been shown alike: what corrects a
+/// misspecified model's bias toward what serving favoured, at the price of variance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServedWeighting {
+    #[default]
+    None,
+    Ips,
+}
+
+/// Largest importance weight of one served answer (before self-normalising): a propensity of
+/// ε/K or a floor's s/|U| can be tiny, and one answer should not outweigh a hundred.
+pub const MAX_IPS_WEIGHT: f64 = 20.0;
+
+impl ServedWeighting {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Ips => "ips",
+        }
+    }
+
+    /// Each decision's weight in the fit, in order (empty: all 1).
+    fn weights(self, decisions: &[Option<f64>]) -> Vec<f64> {
+        if self == Self::None || decisions.iter().all(Option::is_none) {
+            return Vec::new();
+        }
+        let raw: Vec<Option<f64>> = decisions
+            .iter()
+            .map(|p| p.map(|p| (1.0 / p.max(1e-12)).min(MAX_IPS_WEIGHT)))
+            .collect();
+        let served: Vec<f64> = raw.iter().flatten().copied().collect();
+        let mean = served.iter().sum::<f64>() / served.len() as f64;
+        raw.iter().map(|w| w.map_or(1.0, |w| w / mean)).collect()
     }
 }
 
@@ -144,6 +189,9 @@ pub struct LearnedGraderFile {
     /// What earns the floor (absent from files written before the option: ranges).
     #[serde(default)]
     pub floor: LearnedFloor,
+    /// How the fit weighed served answers (absent from older files: none).
+    #[serde(default)]
+    pub served_weighting: ServedWeighting,
     /// Logged decisions it was fitted on.
     pub observations: usize,
     /// The candidate index of each organization of the data, as the fit read it from the
@@ -273,6 +321,8 @@ impl LearnedGrader {
             .map(|index| (index.org.clone(), index))
             .collect();
         let mut observations = Vec::new();
+        // The logged propensity of each served answer (None: the platform's own decision).
+        let mut propensities = Vec::new();
         for prompt in prompts {
             let index = indexes
                 .get(&prompt.org)
@@ -291,6 +341,7 @@ impl LearnedGrader {
                     candidate_of(prompt, index, &patch),
                     decision.approved,
                 ));
+                propensities.push(decision.served.as_ref().map(|s| s.propensity));
             }
         }
         if observations.is_empty() {
@@ -304,7 +355,8 @@ impl LearnedGrader {
             }
         }
         let mut policy = ThompsonPolicy::new(layout(), grader_policy_config())?;
-        policy.rebuild(&observations, observations.len() as f64)?;
+        let weights = pessimism.served_weighting.weights(&propensities);
+        policy.rebuild_weighted(&observations, &weights, observations.len() as f64)?;
         Ok(Self {
             policy,
             indexes,
@@ -343,6 +395,7 @@ impl LearnedGrader {
             Pessimism {
                 lcb_z: file.lcb_z,
                 floor: file.floor,
+                served_weighting: file.served_weighting,
             },
             data_sha256,
         )?;
@@ -360,6 +413,7 @@ impl LearnedGrader {
             data_sha256: self.data_sha256.clone(),
             lcb_z: self.pessimism.lcb_z,
             floor: self.pessimism.floor,
+            served_weighting: self.pessimism.served_weighting,
             observations: self.observations,
             indexes: self.indexes.values().cloned().collect(),
             placements: self.placements.clone(),
@@ -688,6 +742,20 @@ pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn ips_weights_are_self_normalised_over_served_answers_and_capped() {
+        let propensities = [None, Some(0.5), Some(0.001), Some(0.25), None];
+        assert!(ServedWeighting::None.weights(&propensities).is_empty());
+        assert!(ServedWeighting::Ips.weights(&[None, None]).is_empty());
+        let weights = ServedWeighting::Ips.weights(&propensities);
+        // Raw 2, 20 (1000 capped), 4: mean 26/3.
+        let mean = 26.0 / 3.0;
+        let expected = [1.0, 2.0 / mean, 20.0 / mean, 4.0 / mean, 1.0];
+        for (w, e) in weights.iter().zip(expected) {
+            assert!((w - e).abs() < 1e-12, "{weights:?}");
+        }
+    }
     use crate::export::Split;
     use crate::rft::dataset::{LoggedDecision, PromptFacts};
 

@@ -107,10 +107,11 @@ pub async fn fit_learned_grader(
         FitOn::Everything => None,
     };
     let summary = format!(
-        "learned grader: fitted on {} logged decisions of {fitted_on} (κ = {}, floor: {}; {placed} of {} contexts placed by a clustering model){}",
+        "learned grader: fitted on {} logged decisions of {fitted_on} (κ = {}, floor: {}, served answers weighted: {}; {placed} of {} contexts placed by a clustering model){}",
         grader.observations(),
         settings.learned_lcb_z,
         settings.learned_floor.as_str(),
+        settings.learned_served_weighting.as_str(),
         dataset.prompts.len(),
         held_out.as_ref().map(held_out_text).unwrap_or_default()
     );

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::guard::KlControl;
 use super::selection::Criterion;
 use crate::rft::WorldTruths;
-use crate::rft::learned_grader::{DEFAULT_LCB_Z, LearnedFloor, Pessimism};
+use crate::rft::learned_grader::{DEFAULT_LCB_Z, LearnedFloor, Pessimism, ServedWeighting};
 use crate::rft::{Grader, GraderError, GraderKind, LearnedGrader, RftPrompt, WorldReward};
 use crate::world::WorldParams;
 
@@ -142,6 +142,10 @@ pub struct TrainSettings {
     /// What the learned grader's reward floors (absent from older runs' config.json: ranges).
     #[serde(default)]
     pub learned_floor: LearnedFloor,
+    /// How the learned grader's fit weighs served answers (absent from older runs' config.json:
+    /// none).
+    #[serde(default)]
+    pub learned_served_weighting: ServedWeighting,
     /// +0.1 for a well-formed recommendation.
     pub format_bonus: bool,
     /// Seeds the data order, sampling, the world's draws and majority tie-breaks.
@@ -267,6 +271,7 @@ impl TrainSettings {
         Pessimism {
             lcb_z: self.learned_lcb_z,
             floor: self.learned_floor,
+            served_weighting: self.learned_served_weighting,
         }
     }
 
@@ -506,6 +511,7 @@ pub(crate) mod tests {
             world_reward: WorldReward::Sampled,
             learned_lcb_z: DEFAULT_LCB_Z,
             learned_floor: LearnedFloor::Ranges,
+            learned_served_weighting: ServedWeighting::None,
             format_bonus: true,
             seed: 1,
             learning_rate: 1e-3,

@@ -173,6 +173,40 @@ fn rebuild_is_deterministic_for_both_models() {
     }
 }
 
+/// A weight of 2 counts as the observation twice (exactly, for the linear model), and bad
+/// weights are named.
+#[test]
+fn a_weighted_rebuild_counts_an_observation_w_times() {
+    let layout = small_layout();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let observations = random_observations(&layout, &mut rng, 20, 100.0);
+    let mut twice = observations.clone();
+    let mut copy = observations[3].clone();
+    copy.id = format!("{}-copy", copy.id);
+    twice.push(copy);
+    let mut weights = vec![1.0; observations.len()];
+    weights[3] = 2.0;
+    let mut weighted = policy(ModelKind::Linear, None);
+    weighted
+        .rebuild_weighted(&observations, &weights, 100.0)
+        .unwrap();
+    let mut duplicated = policy(ModelKind::Linear, None);
+    duplicated.rebuild(&twice, 100.0).unwrap();
+    assert!(max_rel_diff(weighted.precision(), duplicated.precision()) < 1e-12);
+    assert!(max_rel_diff(weighted.mean(), duplicated.mean()) < 1e-9);
+    for bad in [vec![1.0; 3], {
+        let mut w = weights.clone();
+        w[0] = 0.0;
+        w
+    }] {
+        assert!(
+            policy(ModelKind::Linear, None)
+                .rebuild_weighted(&observations, &bad, 100.0)
+                .is_err()
+        );
+    }
+}
+
 /// The logistic model separates a candidate that is always accepted from one never accepted.
 #[test]
 fn logistic_model_learns_acceptance_odds() {
