@@ -15,7 +15,7 @@ use super::parse_org;
 use super::round::{RoundArgs, check_options};
 use super::server_process::{ServerProcess, arc_rec_on};
 use crate::plot::{Panel, Series, write_png};
-use crate::recommend::loop_bench::{Logged, PhaseScore, score};
+use crate::recommend::loop_bench::{Logged, Mean, PhaseScore, score};
 use crate::recommend::service::MODEL_CANDIDATES_RELOAD_BOUND;
 use crate::storage::{Database, decisions, model_versions, rounds};
 use crate::traffic::{self, Endpoint};
@@ -51,6 +51,12 @@ pub struct BenchLoopArgs {
     /// Directory of the rounds (`round run --dir`).
     #[arg(long, default_value = "bench-loop")]
     pub dir: PathBuf,
+    /// A second embedded cluster's directory holding the same world's history (`arc-rec
+    /// --data-dir DIR simulate --seed S --outcomes N`): served the same traffic and answer
+    /// streams by a server of its own that never gets a round, so each phase is also compared
+    /// with heuristics that learned from as many answers (the model's part of the gain).
+    #[arg(long, value_name = "DIR")]
+    pub control_data_dir: Option<PathBuf>,
     /// Candidates per context of each new version (`round run --candidates-k`).
     #[arg(long, default_value_t = 8)]
     pub candidates_k: usize,
@@ -83,6 +89,17 @@ pub struct PhaseReport {
     pub round_status: Option<String>,
     pub model_version_id: Option<String>,
     pub live_versions: usize,
+    /// The control's phase (`--control-data-dir`): heuristics that learn from their answers,
+    /// never a round.
+    pub control: Option<ControlScore>,
+}
+
+/// The control server's phase on the same contexts and answer stream.
+#[derive(Debug, Serialize)]
+pub struct ControlScore {
+    pub top1: Option<Mean>,
+    /// This phase's top-1 true acceptance less the control's, context by context.
+    pub gain_over_control: Option<Mean>,
 }
 
 /// Runs the benchmark.
@@ -120,23 +137,25 @@ async fn run_on(
     world: &World,
     org: &str,
 ) -> anyhow::Result<LoopReport> {
-    let pool = database.pool();
     check_options(&round_args(args, org))?;
-    check_fresh(database, org, args.world_seed, args.world_outcomes).await?;
-    let key = crate::auth::create_key(
-        pool,
-        &crate::domain::OrgId::parse(org).map_err(anyhow::Error::msg)?,
-        crate::auth::Role::Platform,
-        None,
-        Default::default(),
-    )
-    .await?
-    .token;
     let exe = std::env::current_exe().context("cannot find the arc-rec binary")?;
-    let server = ServerProcess::start(&exe, database, &[])?;
-    let endpoint = Endpoint {
-        base_url: format!("http://127.0.0.1:{}", server.port),
-        key,
+    let (_server, endpoint) = open_side(args, &exe, database, org).await?;
+    // The control: the same history in a cluster of its own, served the same traffic and answer
+    // streams, never given a round.
+    let control_database = match &args.control_data_dir {
+        Some(dir) => Some(
+            super::open_database(&super::DatabaseArgs {
+                database_url: None,
+                data_dir: dir.clone(),
+            })
+            .await
+            .context("--control-data-dir")?,
+        ),
+        None => None,
+    };
+    let control = match &control_database {
+        Some(control) => Some(open_side(args, &exe, control, org).await?),
+        None => None,
     };
     let environment = Environment::new(world);
     let contexts = traffic::contexts(
@@ -145,7 +164,13 @@ async fn run_on(
         usize::try_from(args.decisions)?,
         args.seed,
     )?;
-    let client = reqwest::Client::new();
+    let traffic = Traffic {
+        client: reqwest::Client::new(),
+        environment: &environment,
+        contexts: &contexts,
+        k: args.k as usize,
+        seed: args.seed,
+    };
     let mut phases: Vec<PhaseReport> = Vec::new();
     let mut baseline = None;
     for phase in 0..=args.rounds as usize {
@@ -155,27 +180,26 @@ async fn run_on(
             let round = learn(args, &exe, database, org).await?;
             (Some(round.0), round.1)
         };
-        let bar = crate::progress::bar(contexts.len() as u64, &format!("phase {phase}"), false);
-        let answer_seed = args.seed.wrapping_mul(1_000).wrapping_add(phase as u64);
-        let played = traffic::play(
-            &client,
-            &endpoint,
-            &environment,
-            &contexts,
-            args.k as usize,
-            answer_seed,
-            |done| bar.set_position(done as u64),
-        )
-        .await?;
-        bar.finish_and_clear();
+        let played = traffic.play(&endpoint, phase, "").await?;
         let logged = logged(database, org, &played).await?;
         let score = score(phase, &played, &logged, baseline.as_deref());
-        let live_versions = model_versions::list(pool, Some(org))
+        let control = match &control {
+            Some((_, control)) => {
+                let theirs = traffic.play(control, phase, " (control)").await?;
+                let paired = score_of(phase, &played, &logged, &theirs);
+                Some(ControlScore {
+                    top1: score_of(phase, &theirs, &HashMap::new(), &[]).top1,
+                    gain_over_control: paired.paired_gain,
+                })
+            }
+            None => None,
+        };
+        let live_versions = model_versions::list(database.pool(), Some(org))
             .await?
             .iter()
             .filter(|v| v.status == model_versions::VersionStatus::Live)
             .count();
-        eprintln!("{}", phase_line(&score));
+        eprintln!("{}", phase_line(&score, control.as_ref()));
         if phase == 0 {
             baseline = Some(played);
         }
@@ -184,7 +208,11 @@ async fn run_on(
             round_status,
             model_version_id,
             live_versions,
+            control,
         });
+    }
+    if let Some(control) = control_database {
+        control.close().await?;
     }
     Ok(LoopReport {
         world_seed: args.world_seed,
@@ -192,6 +220,83 @@ async fn run_on(
         decisions: args.decisions,
         phases,
     })
+}
+
+/// The phases' traffic: the same contexts each phase, the answers drawn from a stream per phase.
+struct Traffic<'a> {
+    client: reqwest::Client,
+    environment: &'a Environment,
+    contexts: &'a [crate::world::Context],
+    k: usize,
+    seed: u64,
+}
+
+impl Traffic<'_> {
+    async fn play(
+        &self,
+        endpoint: &Endpoint,
+        phase: usize,
+        label: &str,
+    ) -> anyhow::Result<Vec<traffic::Played>> {
+        let bar = crate::progress::bar(
+            self.contexts.len() as u64,
+            &format!("phase {phase}{label}"),
+            false,
+        );
+        let answer_seed = self.seed.wrapping_mul(1_000).wrapping_add(phase as u64);
+        let played = traffic::play(
+            &self.client,
+            endpoint,
+            self.environment,
+            self.contexts,
+            self.k,
+            answer_seed,
+            |done| bar.set_position(done as u64),
+        )
+        .await?;
+        bar.finish_and_clear();
+        Ok(played)
+    }
+}
+
+/// `score` against `baseline` (empty: none).
+fn score_of(
+    phase: usize,
+    played: &[traffic::Played],
+    logged: &HashMap<uuid::Uuid, Logged>,
+    baseline: &[traffic::Played],
+) -> PhaseScore {
+    score(
+        phase,
+        played,
+        logged,
+        (!baseline.is_empty()).then_some(baseline),
+    )
+}
+
+/// One side of the comparison: its database checked fresh, a platform key, a server.
+async fn open_side(
+    args: &BenchLoopArgs,
+    exe: &std::path::Path,
+    database: &Database,
+    org: &str,
+) -> anyhow::Result<(ServerProcess, Endpoint)> {
+    check_fresh(database, org, args.world_seed, args.world_outcomes).await?;
+    let key = crate::auth::create_key(
+        database.pool(),
+        &crate::domain::OrgId::parse(org).map_err(anyhow::Error::msg)?,
+        crate::auth::Role::Platform,
+        None,
+        Default::default(),
+    )
+    .await?
+    .token;
+    let server = ServerProcess::start(exe, database, &[])?;
+    let endpoint = Endpoint {
+        base_url: format!("http://127.0.0.1:{}", server.port),
+        key,
+    };
+    Ok((server, endpoint))
 }
 
 /// The organization holds the world's history and nothing of an earlier loop.
@@ -279,19 +384,32 @@ async fn logged(
     Ok(logged)
 }
 
-fn interval(mean: Option<crate::recommend::loop_bench::Mean>) -> String {
+fn interval(mean: Option<Mean>) -> String {
     mean.map_or("–".to_owned(), |m| {
         format!("{:.3} [{:.3}, {:.3}]", m.mean, m.ci95[0], m.ci95[1])
     })
 }
 
-fn phase_line(score: &PhaseScore) -> String {
+fn phase_line(score: &PhaseScore, control: Option<&ControlScore>) -> String {
+    let control = control.map_or(String::new(), |c| {
+        format!(
+            "; control {}, gain over it {}",
+            interval(c.top1),
+            signed_interval(c.gain_over_control)
+        )
+    });
     format!(
-        "phase {}: top-1 true acceptance {}, model share {:.2}",
+        "phase {}: top-1 true acceptance {}, model share {:.2}{control}",
         score.phase,
         interval(score.top1),
         score.model_top_share
     )
+}
+
+fn signed_interval(mean: Option<Mean>) -> String {
+    mean.map_or("–".to_owned(), |g| {
+        format!("{:+.3} [{:+.3}, {:+.3}]", g.mean, g.ci95[0], g.ci95[1])
+    })
 }
 
 fn print_table(report: &LoopReport) {
@@ -318,15 +436,8 @@ fn print_table(report: &LoopReport) {
     );
     for p in &report.phases {
         let s = &p.score;
-        let gain = s
-            .paired_gain
-            .filter(|_| s.phase > 0)
-            .map_or("–".to_owned(), |g| {
-                format!("{:+.3} [{:+.3}, {:+.3}]", g.mean, g.ci95[0], g.ci95[1])
-            });
-        let mean = |m: Option<crate::recommend::loop_bench::Mean>| {
-            m.map_or("–".to_owned(), |m| format!("{:.3}", m.mean))
-        };
+        let gain = signed_interval(s.paired_gain.filter(|_| s.phase > 0));
+        let mean = |m: Option<Mean>| m.map_or("–".to_owned(), |m| format!("{:.3}", m.mean));
         println!(
             "{:>5} {:<8} {:>22} {:>25} {:>6.2} {:>7} {:>7} {:>11} {:>8} {:>12}",
             s.phase,
@@ -343,8 +454,21 @@ fn print_table(report: &LoopReport) {
                 .map_or("–".to_owned(), |c| format!("{:.3}", c.mean_abs_error)),
         );
     }
+    if report.phases.iter().any(|p| p.control.is_some()) {
+        println!("phase  control top-1 [95%]     this side less the control, paired [95%]");
+        for p in &report.phases {
+            if let Some(c) = &p.control {
+                println!(
+                    "{:>5}  {:>22}  {:>25}",
+                    p.score.phase,
+                    interval(c.top1),
+                    signed_interval(c.gain_over_control)
+                );
+            }
+        }
+    }
     println!(
-        "top-1: the world's acceptance probability of the served first item; model/heur. picks: of first items from a model's ideas / the heuristics; floor picks: decisions whose first item the exploration floor chose / could choose; floor cost: true acceptance given up per decision; prior |err|: the learned grader's priors of shown model items against their truth"
+        "top-1: the world's acceptance probability of the served first item; model/heur. picks: of first items from a model's ideas / the heuristics; floor picks: decisions whose first item the exploration floor chose / could choose; floor cost: true acceptance given up per decision; prior |err|: the learned grader's priors of shown model items against their truth; control: heuristics on a copy of the history that learned from the same traffic, never given a round"
     );
 }
 
