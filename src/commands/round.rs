@@ -56,7 +56,8 @@ pub struct RoundArgs {
     #[arg(long)]
     pub force: bool,
     /// Further `arc-rec train` options after `--`, e.g. `-- --steps 100 --eval-every 25`
-    /// (`--data`, `--model`, `--out` and `--grader` are the round's own).
+    /// (`--data`, `--model`, `--out` and `--grader` are the round's own; `--seed` defaults to
+    /// the round's number).
     #[arg(last = true, value_name = "TRAIN_OPTION")]
     pub train_options: Vec<String>,
 }
@@ -322,7 +323,14 @@ fn train_args(
         #[command(flatten)]
         args: TrainArgs,
     }
-    let mut argv: Vec<String> = vec!["train".into(), "--seed".into(), seed.to_string()];
+    let mut argv: Vec<String> = vec!["train".into()];
+    // The round's number seeds its run unless the options name a seed.
+    if !options
+        .iter()
+        .any(|o| o == "--seed" || o.starts_with("--seed="))
+    {
+        argv.extend(["--seed".into(), seed.to_string()]);
+    }
     for (flag, path) in [("--data", data), ("--model", model), ("--out", out)] {
         argv.extend([flag.to_owned(), path.display().to_string()]);
     }
@@ -412,4 +420,54 @@ fn print_rounds(listed: &[Round], json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn train(options: &[&str], round_seed: u64) -> anyhow::Result<TrainArgs> {
+        let options: Vec<String> = options.iter().map(|o| (*o).to_owned()).collect();
+        let path = Path::new("x");
+        train_args(&options, path, path, path, round_seed)
+    }
+
+    #[test]
+    fn a_round_trains_with_the_learned_grader_seeded_by_its_number_unless_told() {
+        let args = train(&["--steps", "50"], 3).unwrap();
+        assert_eq!((args.seed, args.steps), (3, 50));
+        assert_eq!(args.grader, Some(crate::rft::grader::GraderKind::Learned));
+        assert_eq!(train(&["--seed=9"], 3).unwrap().seed, 9);
+        let error = train(&["--stepz", "1"], 1).unwrap_err().to_string();
+        assert!(error.contains("train options after `--`"), "{error}");
+    }
+
+    #[test]
+    fn the_round_s_own_train_options_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        let args = |options: &[&str]| RoundArgs {
+            org: "acme".into(),
+            model: dir.path().to_path_buf(),
+            dir: dir.path().join("rounds"),
+            candidates_k: 8,
+            force: false,
+            train_options: options.iter().map(|o| (*o).to_owned()).collect(),
+        };
+        assert!(check_options(&args(&["--steps", "5"])).is_ok());
+        for own in ["--grader", "--data=x", "--out"] {
+            let error = check_options(&args(&[own, "y"])).unwrap_err().to_string();
+            assert!(error.contains("is the round's own"), "{own}: {error}");
+        }
+        let missing = RoundArgs {
+            model: dir.path().join("nothing"),
+            ..args(&[])
+        };
+        assert!(
+            check_options(&missing)
+                .unwrap_err()
+                .to_string()
+                .contains("config.json")
+        );
+    }
 }
