@@ -140,19 +140,7 @@ async fn run_on(
     check_options(&round_args(args, org))?;
     let exe = std::env::current_exe().context("cannot find the arc-rec binary")?;
     let (_server, endpoint) = open_side(args, &exe, database, org).await?;
-    // The control: the same history in a cluster of its own, served the same traffic and answer
-    // streams, never given a round.
-    let control_database = match &args.control_data_dir {
-        Some(dir) => Some(
-            super::open_database(&super::DatabaseArgs {
-                database_url: None,
-                data_dir: dir.clone(),
-            })
-            .await
-            .context("--control-data-dir")?,
-        ),
-        None => None,
-    };
+    let control_database = open_control(args).await?;
     let control = match &control_database {
         Some(control) => Some(open_side(args, &exe, control, org).await?),
         None => None,
@@ -184,21 +172,10 @@ async fn run_on(
         let logged = logged(database, org, &played).await?;
         let score = score(phase, &played, &logged, baseline.as_deref());
         let control = match &control {
-            Some((_, control)) => {
-                let theirs = traffic.play(control, phase, " (control)").await?;
-                let paired = score_of(phase, &played, &logged, &theirs);
-                Some(ControlScore {
-                    top1: score_of(phase, &theirs, &HashMap::new(), &[]).top1,
-                    gain_over_control: paired.paired_gain,
-                })
-            }
+            Some((_, control)) => Some(traffic.against(control, phase, &played, &logged).await?),
             None => None,
         };
-        let live_versions = model_versions::list(database.pool(), Some(org))
-            .await?
-            .iter()
-            .filter(|v| v.status == model_versions::VersionStatus::Live)
-            .count();
+        let live_versions = live_versions(database, org).await?;
         eprintln!("{}", phase_line(&score, control.as_ref()));
         if phase == 0 {
             baseline = Some(played);
@@ -220,6 +197,29 @@ async fn run_on(
         decisions: args.decisions,
         phases,
     })
+}
+
+/// The control's database (`--control-data-dir`): the same history in a cluster of its own,
+/// served the same traffic and answer streams, never given a round.
+async fn open_control(args: &BenchLoopArgs) -> anyhow::Result<Option<Database>> {
+    let Some(dir) = &args.control_data_dir else {
+        return Ok(None);
+    };
+    let database = super::open_database(&super::DatabaseArgs {
+        database_url: None,
+        data_dir: dir.clone(),
+    })
+    .await
+    .context("--control-data-dir")?;
+    Ok(Some(database))
+}
+
+async fn live_versions(database: &Database, org: &str) -> anyhow::Result<usize> {
+    Ok(model_versions::list(database.pool(), Some(org))
+        .await?
+        .iter()
+        .filter(|v| v.status == model_versions::VersionStatus::Live)
+        .count())
 }
 
 /// The phases' traffic: the same contexts each phase, the answers drawn from a stream per phase.
@@ -256,6 +256,21 @@ impl Traffic<'_> {
         .await?;
         bar.finish_and_clear();
         Ok(played)
+    }
+
+    /// The control's phase and this side's gain over it, context by context.
+    async fn against(
+        &self,
+        control: &Endpoint,
+        phase: usize,
+        played: &[traffic::Played],
+        logged: &HashMap<uuid::Uuid, Logged>,
+    ) -> anyhow::Result<ControlScore> {
+        let theirs = self.play(control, phase, " (control)").await?;
+        Ok(ControlScore {
+            top1: score_of(phase, &theirs, &HashMap::new(), &[]).top1,
+            gain_over_control: score_of(phase, played, logged, &theirs).paired_gain,
+        })
     }
 }
 

@@ -97,20 +97,15 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     };
     let models = run.models(&args.models)?;
     if !args.json {
-        println!(
-            "evaluating {} of run {} on {} {} prompts of {} (n = {}, grader {}) on {}",
-            models
-                .iter()
-                .map(|(m, _)| m.label())
-                .collect::<Vec<_>>()
-                .join(", "),
-            args.run.display(),
+        let labels: Vec<&str> = models.iter().map(|(m, _)| m.label()).collect();
+        announce(
+            args,
+            &labels,
             held_out.len(),
-            split.name(),
-            run.settings.data.display(),
-            args.n,
-            grader_kind.as_str(),
-            runtime.describe()
+            split,
+            &run,
+            grader_kind,
+            runtime,
         );
     }
     let mut reports = Vec::with_capacity(models.len());
@@ -155,6 +150,28 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The line that says what is about to be evaluated.
+fn announce(
+    args: &EvalArgs,
+    models: &[&str],
+    prompts: usize,
+    split: Split,
+    run: &EvalRun,
+    grader: GraderKind,
+    runtime: trainer::device::Runtime,
+) {
+    println!(
+        "evaluating {} of run {} on {prompts} {} prompts of {} (n = {}, grader {}) on {}",
+        models.join(", "),
+        args.run.display(),
+        split.name(),
+        run.settings.data.display(),
+        args.n,
+        grader.as_str(),
+        runtime.describe()
+    );
 }
 
 impl EvalArgs {
