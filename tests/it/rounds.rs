@@ -175,8 +175,18 @@ async fn two_rounds_learn_from_served_answers_end_to_end_over_http() {
     .unwrap();
     assert_eq!(new_answers, answered, "every answer once");
     assert_ne!(v2, v1);
-    assert!(figures["selection"].is_object(), "the gate ran: {figures}");
-    assert!(figures["grader_held_out"].is_object(), "{figures}");
+    // The gate's verdict is recorded: the selection's choice, or null when no validation
+    // context held both an accepted and a rejected answer (the traffic's Thompson draws are
+    // not seeded, so which contexts do varies) and the run kept its last step.
+    let selection = &figures["selection"];
+    assert!(
+        selection.is_null() || selection["beats_warmup"].is_boolean(),
+        "{figures}"
+    );
+    assert!(
+        figures["grader_held_out"]["all"]["decisions"].as_u64() > Some(0),
+        "{figures}"
+    );
     let served: Vec<Value> = examples(&dir.path().join("rounds/round-002/examples.jsonl"))
         .into_iter()
         .filter(|e| e["origin"] == "served")
