@@ -43,11 +43,11 @@ pub struct ExportArgs {
     pub split: Option<Split>,
     /// Percentage of examples held out for validation (by a hash of the example id): what
     /// choices between checkpoints and settings look at.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=100))]
+    #[arg(long, default_value_t = Holdout::DEFAULT.validation_percent, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub validation_percent: u8,
     /// Percentage of examples held out for test (the next buckets of the same hash): what `eval`
     /// reports on, which nothing was chosen on.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=100))]
+    #[arg(long, default_value_t = Holdout::DEFAULT.test_percent, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub test_percent: u8,
     /// Only accepted recommendations (always so for --format chat).
     #[arg(long)]

@@ -293,10 +293,7 @@ async fn export_round(
         format: ExportFormat::Arc,
         split: None,
         // `export`'s defaults: the splits train, selection and the reports use.
-        holdout: Holdout {
-            validation_percent: 10,
-            test_percent: 10,
-        },
+        holdout: Holdout::DEFAULT,
         accepted_only: false,
     };
     let bar = crate::progress::counter("exporting");

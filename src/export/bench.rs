@@ -58,10 +58,7 @@ pub async fn measure(database: &Database, repeat: u32) -> Result<ExportBench, Ex
         filter: ExportFilter::default(),
         format: ExportFormat::Arc,
         split: None,
-        holdout: Holdout {
-            validation_percent: 10,
-            test_percent: 10,
-        },
+        holdout: Holdout::DEFAULT,
         accepted_only: false,
     };
     let mut ours_times = Vec::new();

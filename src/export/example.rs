@@ -45,6 +45,12 @@ pub struct Holdout {
 }
 
 impl Holdout {
+    /// `arc-rec export`'s default: 10 % validation, 10 % test.
+    pub const DEFAULT: Holdout = Holdout {
+        validation_percent: 10,
+        test_percent: 10,
+    };
+
     /// Everything in train.
     pub const NONE: Holdout = Holdout {
         validation_percent: 0,

@@ -1359,6 +1359,21 @@ fn contract_query(k: usize) -> arc_rec::recommend::service::RecommendationQuery 
     }
 }
 
+/// A rejection by acme of one shown recommendation, without a measured delta or score.
+fn acme_rejection(
+    event_id: uuid::Uuid,
+    recommendation_id: String,
+) -> arc_rec::storage::decisions::FeedbackRecord {
+    arc_rec::storage::decisions::FeedbackRecord {
+        org_id: "acme".into(),
+        event_id,
+        recommendation_id,
+        outcome: arc_rec::storage::decisions::FeedbackOutcome::Rejected,
+        reliability_delta: None,
+        feedback_score: None,
+    }
+}
+
 /// Stores one priced model candidate of `version` for acme (a cooler temperature).
 async fn store_priced_candidate(pool: &sqlx::PgPool, version: &str, mean: f64, sd: f64) {
     use arc_rec::domain::{Candidate, CandidatePrior, CandidateSource, RecommendationType};
@@ -1394,7 +1409,6 @@ async fn store_priced_candidate(pool: &sqlx::PgPool, version: &str, mean: f64, s
 async fn a_new_model_version_heads_at_most_its_share_until_it_has_its_answers() {
     use arc_rec::recommend::exposure::ExposureCap;
     use arc_rec::recommend::service::ServingOptions;
-    use arc_rec::storage::decisions::{FeedbackOutcome, FeedbackRecord};
 
     let app = with_contract_data().await;
     store_priced_candidate(app.db.pool(), "mv-capped", 1.0, 0.01).await;
@@ -1447,14 +1461,7 @@ async fn a_new_model_version_heads_at_most_its_share_until_it_has_its_answers() 
     assert_eq!(logged, absent as i64);
 
     // Two answers: still new. A third, on a fresh decision: no longer capped.
-    let answer = |event_id, recommendation_id| FeedbackRecord {
-        org_id: "acme".into(),
-        event_id,
-        recommendation_id,
-        outcome: FeedbackOutcome::Rejected,
-        reliability_delta: None,
-        feedback_score: None,
-    };
+    let answer = acme_rejection;
     for (event_id, recommendation_id) in answered {
         assert!(
             serving
@@ -1496,7 +1503,6 @@ async fn a_new_model_version_heads_at_most_its_share_until_it_has_its_answers() 
 async fn the_exploration_floor_shows_a_new_idea_first_at_its_share_until_it_is_answered() {
     use arc_rec::recommend::exposure::{ExplorationFloorOptions, ExposureCap};
     use arc_rec::recommend::service::ServingOptions;
-    use arc_rec::storage::decisions::{FeedbackOutcome, FeedbackRecord};
 
     let app = with_contract_data().await;
     // Priced at the bottom: the policy alone would seldom put it first.
@@ -1547,14 +1553,7 @@ async fn the_exploration_floor_shows_a_new_idea_first_at_its_share_until_it_is_a
 
     // Two answers about the idea: it no longer needs the floor.
     for (event_id, recommendation_id) in picks.iter().take(2).cloned() {
-        let outcome = FeedbackRecord {
-            org_id: "acme".into(),
-            event_id,
-            recommendation_id,
-            outcome: FeedbackOutcome::Rejected,
-            reliability_delta: None,
-            feedback_score: None,
-        };
+        let outcome = acme_rejection(event_id, recommendation_id);
         assert!(serving.feedback(outcome).await.unwrap());
     }
     for _ in 0..10 {

@@ -7,18 +7,11 @@ use proptest::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::helpers::{fresh_policy, random_context, uniform_vec};
+use crate::helpers::{fresh_policy, random_request as request};
 
 /// A policy with no data (every θ̃ from the prior) and a fresh bank.
 fn fresh(epsilon: f64, mc_samples: usize) -> ThompsonPolicy {
     fresh_policy(epsilon, mc_samples, 0.3, 5)
-}
-
-fn request(policy: &ThompsonPolicy, n: usize, seed: u64) -> (Vec<f64>, Vec<Vec<f64>>) {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let z = random_context(policy.layout(), &mut rng);
-    let candidates = (0..n).map(|_| uniform_vec(&mut rng, 3)).collect();
-    (z, candidates)
 }
 
 fn ranked(

@@ -1,7 +1,7 @@
 //! Shared fixtures: small layouts, random features and a naive dense-algebra oracle.
 
 use bandit::{FeatureLayout, ModelKind, Observation, PolicyConfig, ThompsonPolicy};
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 
 /// |z| = 5 (1 + 2 + 1 + 1), |c| = 3, d = 15.
 pub fn small_layout() -> FeatureLayout {
@@ -37,6 +37,17 @@ pub fn fresh_policy(
     let mut policy = ThompsonPolicy::new(small_layout(), config).unwrap();
     policy.refresh_bank_seeded(bank_seed);
     policy
+}
+
+/// A request of `n` candidates for `policy`: a random context and candidate blocks in [-1, 1),
+/// drawn from ChaCha8 seeded with `seed`.
+pub fn random_request(policy: &ThompsonPolicy, n: usize, seed: u64) -> (Vec<f64>, Vec<Vec<f64>>) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let z = random_context(policy.layout(), &mut rng);
+    let candidates = (0..n)
+        .map(|_| uniform_vec(&mut rng, policy.layout().candidate_dims))
+        .collect();
+    (z, candidates)
 }
 
 pub fn uniform_vec<R: Rng>(rng: &mut R, n: usize) -> Vec<f64> {

@@ -6,7 +6,7 @@ use bandit::{BanditError, ScoreOffset, ThompsonPolicy};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::helpers::{fresh_policy, random_context, uniform_vec};
+use crate::helpers::{fresh_policy, random_request};
 
 /// A policy with no data (every θ̃ from the prior) and a fresh bank.
 fn fresh(epsilon: f64, mc_samples: usize) -> ThompsonPolicy {
@@ -14,10 +14,7 @@ fn fresh(epsilon: f64, mc_samples: usize) -> ThompsonPolicy {
 }
 
 fn request(policy: &ThompsonPolicy, n: usize) -> (Vec<f64>, Vec<Vec<f64>>) {
-    let mut rng = ChaCha8Rng::seed_from_u64(11);
-    let z = random_context(policy.layout(), &mut rng);
-    let candidates = (0..n).map(|_| uniform_vec(&mut rng, 3)).collect();
-    (z, candidates)
+    random_request(policy, n, 11)
 }
 
 /// `rank_with_offsets` with a ChaCha8 generator seeded from `seed`.
