@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use chrono::Utc;
-use clap::{Parser, Subcommand};
+use clap::Subcommand;
 
 use super::candidates::CandidatesArgs;
 use super::train::TrainArgs;
@@ -315,12 +315,7 @@ fn train_args(
     out: &Path,
     seed: u64,
 ) -> anyhow::Result<TrainArgs> {
-    #[derive(Parser)]
-    struct Train {
-        #[command(flatten)]
-        args: TrainArgs,
-    }
-    let mut argv: Vec<String> = vec!["train".into()];
+    let mut argv: Vec<String> = Vec::new();
     // The round's number seeds its run unless the options name a seed.
     if !options
         .iter()
@@ -333,35 +328,28 @@ fn train_args(
     }
     argv.extend(["--grader".into(), "learned".into()]);
     argv.extend(options.iter().cloned());
-    Train::try_parse_from(argv)
-        .map(|t| t.args)
-        .map_err(|e| anyhow::anyhow!("train options after `--`: {e}"))
+    parse_as("train", argv).map_err(|e| anyhow::anyhow!("train options after `--`: {e}"))
 }
 
 fn resume_args(run: &Path) -> anyhow::Result<TrainArgs> {
-    #[derive(Parser)]
-    struct Train {
-        #[command(flatten)]
-        args: TrainArgs,
-    }
-    Train::try_parse_from([
-        "train".to_owned(),
-        "--resume".into(),
-        run.display().to_string(),
-    ])
-    .map(|t| t.args)
-    .context("resume the round's training run")
+    parse_as("train", vec!["--resume".into(), run.display().to_string()])
+        .context("resume the round's training run")
+}
+
+/// `args` parsed as command `name`'s arguments, exactly as on the command line: the round runs
+/// `train` and `candidates` with their own defaults and checks.
+fn parse_as<T: clap::Args + clap::FromArgMatches>(
+    name: &'static str,
+    args: Vec<String>,
+) -> Result<T, clap::Error> {
+    let argv = std::iter::once(name.to_owned()).chain(args);
+    let matches = T::augment_args(clap::Command::new(name)).try_get_matches_from(argv)?;
+    T::from_arg_matches(&matches)
 }
 
 fn candidates_args(run: &Path, args: &RoundArgs) -> anyhow::Result<CandidatesArgs> {
-    #[derive(Parser)]
-    struct Candidates {
-        #[command(flatten)]
-        args: CandidatesArgs,
-    }
     let mut argv = vec![
-        "candidates".to_owned(),
-        "--run".into(),
+        "--run".to_owned(),
         run.display().to_string(),
         "--k".into(),
         args.candidates_k.to_string(),
@@ -369,9 +357,7 @@ fn candidates_args(run: &Path, args: &RoundArgs) -> anyhow::Result<CandidatesArg
     if args.force {
         argv.push("--force".into());
     }
-    Candidates::try_parse_from(argv)
-        .map(|c| c.args)
-        .map_err(|e| anyhow::anyhow!("--candidates-k: {e}"))
+    parse_as("candidates", argv).map_err(|e| anyhow::anyhow!("--candidates-k: {e}"))
 }
 
 /// The learned grader's held-out calibration as the run wrote it (`null` when absent).
