@@ -144,7 +144,12 @@ pub async fn list(pool: &PgPool, org: Option<&str>) -> Result<Vec<VersionSummary
                               AND f.outcome IN ('accepted', 'applied')) AS accepted
              FROM decision_items i
              WHERE ($1::text IS NULL OR i.org_id = $1)
-               AND (i.model_version_id IS NOT NULL OR i.position = 0)
+               -- A version's own items, and the first item of each of the floor's decisions.
+               AND (i.model_version_id IS NOT NULL
+                    OR (i.position = 0 AND EXISTS (
+                        SELECT 1 FROM decision_log l
+                        WHERE l.org_id = i.org_id AND l.event_id = i.event_id
+                          AND l.floor_version IS NOT NULL)))
          ),
          served AS (
              SELECT org_id, model_version_id, count(DISTINCT event_id) AS decisions,
