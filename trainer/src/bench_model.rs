@@ -222,6 +222,9 @@ pub fn rl_step_throughput(
         model,
         TrainerConfig {
             gradient_checkpointing,
+            // As `train`'s RL phase scores: adapter dropout off, so the samples of the prompt are
+            // scored over the prompt computed once (`CausalLm::scoring_hidden_states`).
+            adapter_dropout: false,
             ..TrainerConfig::default()
         },
     )?;
@@ -404,6 +407,9 @@ pub fn constrained_rl_step_throughput(
         model,
         TrainerConfig {
             gradient_checkpointing,
+            // As `train`'s RL phase scores: adapter dropout off, so the samples of the prompt are
+            // scored over the prompt computed once (`CausalLm::scoring_hidden_states`).
+            adapter_dropout: false,
             ..TrainerConfig::default()
         },
     )?;

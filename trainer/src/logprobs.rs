@@ -369,7 +369,7 @@ fn logprobs_with(
         model.runtime().device,
     )?;
     let allowed = scored.allowed(allowed)?;
-    let hidden = model.hidden_states(input_ids, attention_mask, None, train)?;
+    let hidden = model.scoring_hidden_states(input_ids, attention_mask, completion_mask, train)?;
     let rows = scored.select_rows(&hidden)?;
     let values = head_logprobs(
         model,

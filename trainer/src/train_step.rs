@@ -483,7 +483,12 @@ where
         (hidden, Some(layers))
     } else {
         (
-            model.hidden_states(&batch.input_ids, attention_mask, None, dropout)?,
+            model.scoring_hidden_states(
+                &batch.input_ids,
+                attention_mask,
+                &batch.completion_mask,
+                dropout,
+            )?,
             None,
         )
     };

@@ -48,6 +48,30 @@ pub struct LayerCache<'a> {
     pub past: i64,
 }
 
+/// The keys and values a forward attends to before its own tokens.
+#[derive(Debug)]
+pub enum Past<'a> {
+    /// None: this call's tokens only.
+    None,
+    /// An inference cache: this call's keys/values are written into it and attention covers
+    /// every cached position plus this call's tokens (no autograd through it).
+    Cache(LayerCache<'a>),
+    /// One shared prompt's keys and values `[1, kv_heads, p, head_dim]`, with autograd: every row
+    /// of this call continues that prompt (the prompt is computed once for all its samples).
+    Shared {
+        /// `[1, kv_heads, p, head_dim]`, rotated.
+        keys: &'a Tensor,
+        /// `[1, kv_heads, p, head_dim]`.
+        values: &'a Tensor,
+    },
+}
+
+impl<'a> From<Option<LayerCache<'a>>> for Past<'a> {
+    fn from(cache: Option<LayerCache<'a>>) -> Self {
+        cache.map_or(Self::None, Self::Cache)
+    }
+}
+
 /// What the attention of one forward may look at.
 #[derive(Debug)]
 pub enum AttentionMask {
@@ -118,6 +142,20 @@ impl Attention {
         cache: Option<LayerCache<'_>>,
         train: bool,
     ) -> Tensor {
+        self.forward_with(xs, cos, sin, mask, cache.into(), train).0
+    }
+
+    /// [`Self::forward`] after `past`'s keys and values; also returns this call's own rotated
+    /// keys and values `[b, kv_heads, t, head_dim]` (what a later call's [`Past::Shared`] reads).
+    pub fn forward_with(
+        &self,
+        xs: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &AttentionMask,
+        past: Past<'_>,
+        train: bool,
+    ) -> (Tensor, Tensor, Tensor) {
         let (batch, seq, _) = xs.size3().expect("hidden states are [b, t, hidden]");
         let heads = |projected: Tensor, heads: i64| {
             projected
@@ -130,8 +168,9 @@ impl Attention {
         let queries = apply_rotary(&queries, cos, sin);
         let keys = apply_rotary(&keys, cos, sin);
 
-        let (keys, values) = match cache {
-            Some(cache) => {
+        let own = (keys.shallow_clone(), values.shallow_clone());
+        let (keys, values) = match past {
+            Past::Cache(cache) => {
                 cache.keys.narrow(2, cache.past, seq).copy_(&keys);
                 cache.values.narrow(2, cache.past, seq).copy_(&values);
                 let total = cache.past + seq;
@@ -140,7 +179,21 @@ impl Attention {
                     cache.values.narrow(2, 0, total),
                 )
             }
-            None => (keys, values),
+            Past::Shared {
+                keys: shared_keys,
+                values: shared_values,
+            } => {
+                let expand = |shared: &Tensor| {
+                    let (_, kv_heads, len, head_dim) =
+                        shared.size4().expect("shared keys are [1, kv, p, d]");
+                    shared.expand([batch, kv_heads, len, head_dim], false)
+                };
+                (
+                    Tensor::cat(&[expand(shared_keys), keys], 2),
+                    Tensor::cat(&[expand(shared_values), values], 2),
+                )
+            }
+            Past::None => (keys, values),
         };
         let keys = self.repeat_kv(keys);
         let values = self.repeat_kv(values);
@@ -162,7 +215,7 @@ impl Attention {
         let merged = attended
             .transpose(1, 2)
             .reshape([batch, seq, self.num_heads * self.head_dim]);
-        self.o_proj.forward(&merged, train)
+        (self.o_proj.forward(&merged, train), own.0, own.1)
     }
 
     /// Repeats each key/value head for the query heads that share it. Materialised rather than
@@ -277,18 +330,32 @@ impl DecoderLayer {
         cache: Option<LayerCache<'_>>,
         train: bool,
     ) -> Tensor {
-        let attended = self.self_attn.forward(
+        self.forward_with(xs, cos, sin, mask, cache.into(), train).0
+    }
+
+    /// [`Self::forward`] after `past`, also returning the attention's own keys and values (see
+    /// [`Attention::forward_with`]).
+    pub fn forward_with(
+        &self,
+        xs: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &AttentionMask,
+        past: Past<'_>,
+        train: bool,
+    ) -> (Tensor, Tensor, Tensor) {
+        let (attended, keys, values) = self.self_attn.forward_with(
             &self.input_layernorm.forward(xs),
             cos,
             sin,
             mask,
-            cache,
+            past,
             train,
         );
         let xs = xs + attended;
         let mlp = self
             .mlp
             .forward(&self.post_attention_layernorm.forward(&xs), train);
-        xs + mlp
+        (xs + mlp, keys, values)
     }
 }

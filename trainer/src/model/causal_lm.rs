@@ -14,6 +14,9 @@ use super::linear::{AdapterSwitch, Linear, LoraConfig, frozen, validate_lora};
 use super::rope::RotaryEmbedding;
 use crate::device::Runtime;
 
+mod shared_prompt;
+pub use shared_prompt::{PromptGroup, prompt_groups};
+
 /// Why a model could not be built, loaded or run.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {

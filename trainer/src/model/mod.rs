@@ -21,7 +21,9 @@ pub mod linear;
 pub mod rope;
 
 pub use cache::KvCache;
-pub use causal_lm::{CausalLm, CheckpointedLayers, Logits, ModelError, greedy_decode};
+pub use causal_lm::{
+    CausalLm, CheckpointedLayers, Logits, ModelError, PromptGroup, greedy_decode, prompt_groups,
+};
 pub use checkpoint::{LoadError, LoadReport};
 pub use config::{Architecture, Config, ConfigError, Rope, RopeScaling};
 pub use linear::{AdapterSwitch, LORA_TARGETS, Linear, LoraConfig};

@@ -1,6 +1,6 @@
 //! The trainer's integration tests, one binary (each binary links libtorch: one link and one
 //! build instead of twelve): model loading against the reference fixtures, generation, LoRA and
-//! PEFT round trips, gradient checkpointing, the grammar, the tiny preset, the bench harnesses.
+//! PEFT round trips, gradient checkpointing, shared-prompt scoring, the grammar, the tiny preset, the bench harnesses.
 
 mod common;
 mod generate_sampling;
@@ -15,3 +15,4 @@ mod model_reference;
 mod peft_bench_reference;
 mod peft_reference;
 mod preset_tiny;
+mod shared_prompt;
