@@ -15,7 +15,9 @@ test split (sN/points/step-STEP.eval.json). Criteria, each computed from the log
   accepted answers minus that on rejected ones (`--select-by logprob-margin`, the default).
 
 Rules: "argmax" keeps the checkpoint with the best figure; "gated" keeps it only when its gain
-over the warm-up exceeds one standard error (else the warm-up), as `train` does.
+over the warm-up exceeds one standard error (else the warm-up), as `train` did before
+2026-12-07; "gated-m" only when it exceeds z_m standard errors, z_m = Φ⁻¹(1 − α/m) for the best
+of m RL points, α = 1 − Φ(1) (one standard error for one point), as `train` does now.
 The truth of a checkpoint is its best-of-4 true acceptance on the test split (greedy beside it).
 """
 
@@ -131,14 +133,26 @@ def seed_rows(seed_dir):
     return points, figures
 
 
-def choose(points, criterion, gated):
+SINGLE_POINT_LEVEL = 1 - statistics.NormalDist().cdf(1)
+
+
+def noise_z(rl_points):
+    """train's gate: the normal quantile of 1 − α/m, α = 1 − Φ(1) (src/training/selection.rs)."""
+    return statistics.NormalDist().inv_cdf(1 - SINGLE_POINT_LEVEL / max(rl_points, 1))
+
+
+GATES = {"argmax": None, "gated": lambda m: 1.0, "gated-m": noise_z}
+
+
+def choose(points, criterion, gate):
     warmup = points[0]
     best, best_gain, best_noise = warmup, 0.0, 0.0
     for point in points[1:]:
         gain, noise = CRITERIA[criterion](point, warmup)
         if gain > best_gain:
             best, best_gain, best_noise = point, gain, noise
-    if gated and not (best_gain > best_noise and best_gain > 0):
+    z = GATES[gate]
+    if z is not None and not (best_gain > z(len(points) - 1) * best_noise and best_gain > 0):
         return warmup
     return best
 
@@ -172,7 +186,7 @@ def main(argv=None):
     print("best-of-4 true acceptance on the test split per checkpoint (RL step: value); "
           "* the world's best, criteria's picks after it")
     policies = [("last", None, None), ("world's best", None, None)]
-    policies += [(f"{c} {'gated' if g else 'argmax'}", c, g) for c in CRITERIA for g in (False, True)]
+    policies += [(f"{c} {g}", c, g) for c in CRITERIA for g in GATES]
     picked = defaultdict(dict)
     for seed, (points, figures) in rows.items():
         best4 = {p["step"]: figures[p["step"]]["best4"] for p in points}

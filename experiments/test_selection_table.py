@@ -60,11 +60,22 @@ def main():
         rows = {seed: table.seed_rows(world / f"s{seed}") for seed in (1, 2)}
         points1, _ = rows[1]
         assert [p["rl_step"] for p in points1] == [0, 10, 20]
-        assert table.choose(points1, "menu", gated=False)["rl_step"] == 10
-        assert table.choose(points1, "menu", gated=True)["rl_step"] == 10
+        assert table.choose(points1, "menu", "argmax")["rl_step"] == 10
+        assert table.choose(points1, "menu", "gated")["rl_step"] == 10
+        assert table.choose(points1, "menu", "gated-m")["rl_step"] == 10
         points2, _ = rows[2]
-        assert table.choose(points2, "menu", gated=False)["rl_step"] == 0
-        assert table.choose(points2, "pairs", gated=True)["rl_step"] == 0
+        assert table.choose(points2, "menu", "argmax")["rl_step"] == 0
+        assert table.choose(points2, "pairs", "gated")["rl_step"] == 0
+        # train's gate: one standard error for one point, more for the best of several.
+        assert abs(table.noise_z(1) - 1.0) < 1e-9
+        assert abs(table.noise_z(6) - 1.936) < 1e-3
+        # A gain of 1.73 standard errors (per-context gains 0.3, 0, 0.3, 0) passes one standard
+        # error but not the best of six points' 1.94.
+        noisy = [point(100, 0, [0.5] * 4), point(110, 10, [0.8, 0.5, 0.8, 0.5])]
+        noisy += [point(110 + 10 * i, 10 * i, [0.4] * 4) for i in range(2, 7)]
+        assert table.choose(noisy[:2], "menu", "gated-m")["rl_step"] == 10
+        assert table.choose(noisy, "menu", "gated")["rl_step"] == 10
+        assert table.choose(noisy, "menu", "gated-m")["rl_step"] == 0
         # Margin: seed 1's step 10 raised accepted answers and lowered rejected ones.
         gain, noise = table.margin_gain(points1[1], points1[0])
         assert gain > 0 and noise >= 0

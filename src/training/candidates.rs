@@ -53,7 +53,7 @@ impl CandidateRun {
             && !choice.beats_warmup
         {
             bail!(
-                "--run {}: RL did not beat its warm-up on the held-out {} (best {:.3} at RL step {} against the warm-up's {:.3}: gain {:+.3}, standard error {:.3}, on {} validation contexts), so the run kept its warm-up model and its RL ideas are not written; `--model warmup` writes the warm-up's ideas under its own version, --force writes them under the RL version anyway",
+                "--run {}: RL did not beat its warm-up on the held-out {} (best {:.3} at RL step {} against the warm-up's {:.3}: gain {:+.3}, standard error {:.3}, where the best of {} RL points must beat it by {:.2} standard errors, on {} validation contexts), so the run kept its warm-up model and its RL ideas are not written; `--model warmup` writes the warm-up's ideas under its own version, --force writes them under the RL version anyway",
                 dir.display(),
                 choice.criterion.as_str(),
                 choice.best_value,
@@ -61,6 +61,8 @@ impl CandidateRun {
                 choice.warmup_value,
                 choice.gain,
                 choice.gain_se,
+                choice.points.saturating_sub(1),
+                choice.noise_z,
                 choice.contexts
             );
         }
