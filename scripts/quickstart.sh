@@ -40,9 +40,9 @@ if [ -f "$run/summary.json" ]; then
 elif [ -f "$run/config.json" ]; then
   $arc_rec train --resume "$run"
 else
-  # 150 RL steps, not the default 200, to shorten the quick start (on 2 cores it still takes
-  # about half an hour in all: README's quick start).
-  $arc_rec train --data out/examples.jsonl --model models/tiny --out "$run" --objective pass@k --k 4 --n 8 --steps 150
+  # 120 RL steps, not the default 200, to keep the quick start within 15 minutes on 2 cores
+  # (docs/experiments/quickstart-runs.md).
+  $arc_rec train --data out/examples.jsonl --model models/tiny --out "$run" --objective pass@k --k 4 --n 8 --steps 120
 fi
 
 stage "4. held-out evaluation: warm-up vs RL"
