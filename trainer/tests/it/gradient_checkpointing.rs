@@ -6,12 +6,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::common::{FIXTURES, load_model as load, max_abs, read_reference};
+use crate::common::{FIXTURES, load_model as load, max_abs, nll_gradients, read_reference};
 use serde::Deserialize;
 use tch::Tensor;
 use trainer::logprobs::TrainBatch;
 use trainer::model::{CausalLm, LoraConfig};
-use trainer::train_step::{Measure, TrainerConfig, accumulate_gradients, masked_mean_nll};
+use trainer::train_step::TrainerConfig;
 
 #[derive(Debug, Deserialize)]
 struct Reference {
@@ -40,39 +40,21 @@ fn batch(name: &str) -> TrainBatch {
     }
 }
 
-/// Every trainable variable's gradient after one backward of the mean NLL.
+/// Every trainable variable's gradient after one backward of the mean NLL, dropout drawn from
+/// `seed`.
 fn gradients(
     model: &CausalLm,
     batch: &TrainBatch,
     checkpoint: bool,
     seed: i64,
 ) -> BTreeMap<String, Tensor> {
-    for (_, tensor) in model.var_store().variables() {
-        let mut grad = tensor.grad();
-        if grad.defined() {
-            let _ = grad.zero_();
-        }
-    }
     tch::manual_seed(seed);
-    accumulate_gradients(
-        model,
-        batch,
-        &TrainerConfig {
-            chunk_tokens: 5,
-            gradient_checkpointing: checkpoint,
-            ..TrainerConfig::default()
-        },
-        Measure::LossOnly,
-        masked_mean_nll,
-    )
-    .unwrap();
-    model
-        .var_store()
-        .variables()
-        .into_iter()
-        .filter(|(_, tensor)| tensor.requires_grad())
-        .map(|(name, tensor)| (name, tensor.grad().copy()))
-        .collect()
+    let config = TrainerConfig {
+        chunk_tokens: 5,
+        gradient_checkpointing: checkpoint,
+        ..TrainerConfig::default()
+    };
+    nll_gradients(model, batch, &config)
 }
 
 #[test]

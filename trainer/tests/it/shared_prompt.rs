@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::common::{FIXTURES, load_model as load, max_abs};
+use crate::common::{FIXTURES, load_model as load, max_abs, nll_gradients};
 use tch::{Device, Kind, Tensor};
 use trainer::chat_policy::{Sequence, pack};
 use trainer::logprobs::{TrainBatch, score_logprobs, sequence_logprobs};
 use trainer::model::{CausalLm, LoraConfig, PromptGroup, prompt_groups};
-use trainer::train_step::{Measure, TrainerConfig, accumulate_gradients, masked_mean_nll};
+use trainer::train_step::TrainerConfig;
 
 /// A model with LoRA adapters whose B matrices are not zero (so the adapters change the output).
 fn adapted(name: &str) -> CausalLm {
@@ -59,31 +59,12 @@ fn grouped_batch() -> TrainBatch {
 /// Every trainable variable's gradient after one backward of the mean NLL; `plain` scores with
 /// adapter dropout on (rate 0: the same function), which takes the plain forward.
 fn gradients(model: &CausalLm, batch: &TrainBatch, plain: bool) -> BTreeMap<String, Tensor> {
-    for (_, tensor) in model.var_store().variables() {
-        let mut grad = tensor.grad();
-        if grad.defined() {
-            let _ = grad.zero_();
-        }
-    }
-    accumulate_gradients(
-        model,
-        batch,
-        &TrainerConfig {
-            chunk_tokens: 5,
-            adapter_dropout: plain,
-            ..TrainerConfig::default()
-        },
-        Measure::LossOnly,
-        masked_mean_nll,
-    )
-    .unwrap();
-    model
-        .var_store()
-        .variables()
-        .into_iter()
-        .filter(|(_, tensor)| tensor.requires_grad())
-        .map(|(name, tensor)| (name, tensor.grad().copy()))
-        .collect()
+    let config = TrainerConfig {
+        chunk_tokens: 5,
+        adapter_dropout: plain,
+        ..TrainerConfig::default()
+    };
+    nll_gradients(model, batch, &config)
 }
 
 #[test]
