@@ -216,8 +216,9 @@ pub struct TrainArgs {
     /// Score the policy every this many RL steps (and at RL's first step, the warm-up model,
     /// and its last) on the validation split's logged decisions, with no world, and keep the
     /// checkpoint that scores best as the run's RL adapter (0: keep the last one). When none
-    /// beats the warm-up by more than its noise, the run keeps the warm-up itself, the summary
-    /// says so and `candidates` refuses the run's ideas without --force.
+    /// beats the warm-up by more than its noise (the best of m points: z_m standard errors, 1
+    /// for one, 1.94 for six), the run keeps the warm-up itself, the summary says so and
+    /// `candidates` refuses the run's ideas without --force.
     #[arg(long, default_value_t = 25)]
     pub eval_every: u64,
     /// What checkpoints are chosen by: how much more log-probability the policy gained since the
