@@ -268,25 +268,10 @@ impl Traffic<'_> {
     ) -> anyhow::Result<ControlScore> {
         let theirs = self.play(control, phase, " (control)").await?;
         Ok(ControlScore {
-            top1: score_of(phase, &theirs, &HashMap::new(), &[]).top1,
-            gain_over_control: score_of(phase, played, logged, &theirs).paired_gain,
+            top1: score(phase, &theirs, &HashMap::new(), None).top1,
+            gain_over_control: score(phase, played, logged, Some(theirs.as_slice())).paired_gain,
         })
     }
-}
-
-/// `score` against `baseline` (empty: none).
-fn score_of(
-    phase: usize,
-    played: &[traffic::Played],
-    logged: &HashMap<uuid::Uuid, Logged>,
-    baseline: &[traffic::Played],
-) -> PhaseScore {
-    score(
-        phase,
-        played,
-        logged,
-        (!baseline.is_empty()).then_some(baseline),
-    )
 }
 
 /// One side of the comparison: its database checked fresh, a platform key, a server.
